@@ -1,0 +1,49 @@
+# Makefile for dlock (PGXS).
+#
+#   make                 build the extension
+#   make install         install it into the PostgreSQL that PG_CONFIG names
+#   make test            install what is missing, build, install, run every suite
+#   make demo            the life of a lease on a throwaway cluster
+#   make installcheck    pg_regress against a temporary instance (as a non-root user)
+#
+# PG_CONFIG may be overridden: make PG_CONFIG=/path/to/pg_config
+
+EXTENSION = dlock
+MODULE_big = dlock
+OBJS = src/dlock.o src/lease.o src/store.o src/wait.o
+DATA = dlock--1.0.sql
+PGFILEDESC = "dlock - fenced leases for PostgreSQL"
+
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --encoding=UTF8 --no-locale --temp-instance=./tmp_check/regress_instance
+ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+ISOLATION_OPTS = --encoding=UTF8 --no-locale --load-extension=dlock --temp-instance=./tmp_check/isolation_instance
+
+# Warnings are errors.  -Wextra minus what PostgreSQL's own headers and
+# fmgr conventions trip over.
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-sign-compare \
+	-Wno-missing-field-initializers -Wno-cast-function-type
+
+# Debian's PostgreSQL 15 unless told otherwise; fall back to PATH.
+PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_config)
+
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+.DEFAULT_GOAL := all
+
+# The two commands of the README.  They install what they need first, so
+# they must work before PostgreSQL's development files are there.
+.PHONY: test demo
+test:
+	@test/run-tests
+
+demo:
+	@test/demo
+
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+else
+all install installcheck:
+	@echo "dlock: PostgreSQL 15 development files are missing (no PGXS at '$(PGXS)')." >&2
+	@echo "dlock: 'make test' or 'make demo' installs them; or apt-get install postgresql-server-dev-15." >&2
+	@exit 1
+endif

@@ -1,0 +1,37 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/compat.h
+ *	  Every PostgreSQL-version difference dlock cares about, in one place.
+ *
+ * No other file tests PG_VERSION_NUM: they use the macros and inline
+ * wrappers below.  Target is PostgreSQL 15; 13 to 17 should compile.
+ *
+ * Concurrency: none; this header only renames things.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DLOCK_COMPAT_H
+#define DLOCK_COMPAT_H
+
+#include "postgres.h"
+
+#include "utils/guc.h"
+#include "utils/wait_event.h"
+
+/* MarkGUCPrefixReserved() replaced EmitWarningsOnPlaceholders() in 15. */
+#if PG_VERSION_NUM < 150000
+#define DlockReserveGucPrefix(prefix) EmitWarningsOnPlaceholders(prefix)
+#else
+#define DlockReserveGucPrefix(prefix) MarkGUCPrefixReserved(prefix)
+#endif
+
+/*
+ * The wait event shown in pg_stat_activity while an acquire waits.  Custom
+ * wait event names (DlockLeaseWait) need PostgreSQL 17; before that the
+ * generic "Extension" event is all an extension can report.
+ */
+#define DLOCK_WAIT_EVENT PG_WAIT_EXTENSION
+
+#endif							/* DLOCK_COMPAT_H */

@@ -1,0 +1,401 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/lease.c
+ *	  The SQL entry points dlock_acquire, dlock_renew, dlock_release and
+ *	  dlock_break: argument checks, the lease state machine and the
+ *	  holder-role rule.
+ *
+ * A lease on a name is, at any moment, one of: never acquired (no row),
+ * live (not released and expires_at > now), or ended (released, or
+ * expired).  Acquire moves never-acquired or ended to live with a new
+ * token; renew keeps a live lease live with the same token; release and
+ * break move live to ended.  "now" is always the server clock at the call
+ * (GetCurrentTimestamp), never the transaction start or a client's time.
+ *
+ * Every argument is checked before anything is written, so bad input
+ * changes nothing.  The functions are not STRICT: a NULL where a value is
+ * needed is an error (22004), not a silent NULL result, because NULL from
+ * dlock_acquire means "not acquired".
+ *
+ * Concurrency: this file holds no lock of its own.  Between acquire
+ * attempts it sleeps in wait.c holding nothing; store.c's header gives the
+ * row- and name-lock protocol of each call.  The holder-role check of
+ * renew and release runs after the UPDATE: when it fails, the ERROR rolls
+ * the UPDATE back.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xlog.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "dlock.h"
+
+PG_FUNCTION_INFO_V1(dlock_acquire);
+PG_FUNCTION_INFO_V1(dlock_renew);
+PG_FUNCTION_INFO_V1(dlock_release);
+PG_FUNCTION_INFO_V1(dlock_break);
+
+/*
+ * check_writable raises 25006 when leases cannot be changed here: on a hot
+ * standby (tested first, with a hint to go to the primary) or in a
+ * read-only transaction.
+ */
+static void
+check_writable(const char *funcname)
+{
+	if (RecoveryInProgress())
+		ereport(ERROR,
+				(errcode(ERRCODE_READ_ONLY_SQL_TRANSACTION),
+				 errmsg("leases cannot be changed during recovery"),
+				 errdetail("This server is a standby; %s() changes the lease table.",
+						   funcname),
+				 errhint("Connect to the primary server.")));
+	PreventCommandIfReadOnly(psprintf("%s()", funcname));
+}
+
+/*
+ * arg_not_null raises 22004 when argument argno is NULL.
+ */
+static void
+arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", argname)));
+}
+
+/*
+ * get_lock_name returns argument 0 as a lock name, raising 22004 for NULL
+ * and 22023 for an empty name or one over DLOCK_MAX_NAME_BYTES bytes.
+ */
+static text *
+get_lock_name(FunctionCallInfo fcinfo)
+{
+	text	   *name;
+	int			len;
+
+	arg_not_null(fcinfo, 0, "lock_name");
+	name = PG_GETARG_TEXT_PP(0);
+	len = VARSIZE_ANY_EXHDR(name);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_name must not be empty")));
+	if (len > DLOCK_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock_name is too long"),
+				 errdetail("The name has %d bytes; the limit is %d bytes.",
+						   len, DLOCK_MAX_NAME_BYTES)));
+	return name;
+}
+
+/*
+ * interval_text returns iv as text, for messages.
+ */
+static char *
+interval_text(Interval *iv)
+{
+	return DatumGetCString(DirectFunctionCall1(interval_out,
+											   IntervalPGetDatum(iv)));
+}
+
+/*
+ * get_ttl returns argument argno as a ttl, raising 22004 for NULL and 22023
+ * for a ttl that is not positive or longer than dlock.max_ttl.  It is only
+ * checked here; lease_expiry applies it.
+ */
+static Interval *
+get_ttl(FunctionCallInfo fcinfo, int argno)
+{
+	Interval   *ttl;
+	Interval	zero = {0};
+	Interval	max = {0};
+
+	arg_not_null(fcinfo, argno, "ttl");
+	ttl = PG_GETARG_INTERVAL_P(argno);
+	if (DatumGetBool(DirectFunctionCall2(interval_le, IntervalPGetDatum(ttl),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be greater than zero"),
+				 errdetail("The ttl given is \"%s\".", interval_text(ttl))));
+	max.time = (int64) dlock_max_ttl * USECS_PER_SEC;
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(ttl),
+										 IntervalPGetDatum(&max))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl exceeds dlock.max_ttl"),
+				 errdetail("The ttl given is \"%s\"; dlock.max_ttl is %d seconds.",
+						   interval_text(ttl), dlock_max_ttl),
+				 errhint("Renew the lease before it expires instead, or ask a superuser to raise dlock.max_ttl.")));
+	return ttl;
+}
+
+/*
+ * get_token returns argument argno as a token, raising 22004 for NULL.
+ */
+static int64
+get_token(FunctionCallInfo fcinfo, int argno)
+{
+	arg_not_null(fcinfo, argno, "token");
+	return PG_GETARG_INT64(argno);
+}
+
+/*
+ * timestamp_plus returns ts + iv with the calendar rules of timestamptz +
+ * interval (raising 22008 when the result is out of range).
+ */
+static TimestampTz
+timestamp_plus(TimestampTz ts, Interval *iv)
+{
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+												   TimestampTzGetDatum(ts),
+												   IntervalPGetDatum(iv)));
+}
+
+/*
+ * lease_expiry returns now + ttl, raising 22023 when the calendar makes it
+ * no later than now (say, '1 month -31 days' in a 30-day month).
+ */
+static TimestampTz
+lease_expiry(TimestampTz now, Interval *ttl)
+{
+	TimestampTz expires = timestamp_plus(now, ttl);
+
+	if (expires <= now)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl must be greater than zero"),
+				 errdetail("The ttl given, \"%s\", ends no later than it starts at the current date.",
+						   interval_text(ttl))));
+	return expires;
+}
+
+/*
+ * client_info calls the no-argument SQL function fn (inet_client_addr or
+ * inet_client_port) and returns its result as text, or NULL when it is
+ * NULL (a Unix-socket or background session).  This avoids libpq-be.h,
+ * which needs the GSSAPI headers.
+ */
+static char *
+client_info(PGFunction fn, PGFunction outfn)
+{
+	LOCAL_FCINFO(call, 0);
+	Datum		d;
+
+	InitFunctionCallInfoData(*call, NULL, 0, InvalidOid, NULL, NULL);
+	d = fn(call);
+	if (call->isnull)
+		return NULL;
+	return DatumGetCString(DirectFunctionCall1(outfn, d));
+}
+
+/*
+ * default_owner returns the owner label of a session that gave none:
+ * application_name, backend pid and client address, e.g.
+ * "psql pid 4242 127.0.0.1:51234" or "pid 4242 local".
+ */
+static text *
+default_owner(void)
+{
+	StringInfoData buf;
+	char	   *addr = client_info(inet_client_addr, inet_out);
+
+	initStringInfo(&buf);
+	if (application_name != NULL && application_name[0] != '\0')
+		appendStringInfo(&buf, "%s ", application_name);
+	appendStringInfo(&buf, "pid %d", MyProcPid);
+	if (addr != NULL)
+	{
+		char	   *port = client_info(inet_client_port, int4out);
+
+		appendStringInfo(&buf, " %s", addr);
+		if (port != NULL)
+			appendStringInfo(&buf, ":%s", port);
+	}
+	else
+		appendStringInfoString(&buf, " local");
+	return cstring_to_text_with_len(buf.data, buf.len);
+}
+
+/*
+ * get_owner returns argument argno as the owner label, or the session's
+ * default when NULL; raises 22023 when it is over DLOCK_MAX_OWNER_BYTES.
+ */
+static text *
+get_owner(FunctionCallInfo fcinfo, int argno)
+{
+	text	   *owner;
+	int			len;
+
+	if (PG_ARGISNULL(argno))
+		return default_owner();
+	owner = PG_GETARG_TEXT_PP(argno);
+	len = VARSIZE_ANY_EXHDR(owner);
+	if (len > DLOCK_MAX_OWNER_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("owner is too long"),
+				 errdetail("The owner label has %d bytes; the limit is %d bytes.",
+						   len, DLOCK_MAX_OWNER_BYTES)));
+	return owner;
+}
+
+/*
+ * check_holder raises 42501 unless the current user may act for holder, the
+ * role that acquired the lease on lock_name: that role, a role with its
+ * privileges, or a superuser.  A lease whose holder role was dropped
+ * (InvalidOid) is left to superusers.
+ */
+static void
+check_holder(Oid holder, text *lock_name, const char *action)
+{
+	Oid			me = GetUserId();
+
+	if (OidIsValid(holder) ? has_privs_of_role(me, holder) : superuser())
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to %s lease", action),
+			 errdetail("Lease \"%s\" was acquired by role \"%s\".",
+					   text_to_cstring(lock_name),
+					   OidIsValid(holder) ? GetUserNameFromId(holder, false) : "(dropped role)"),
+			 errhint("Only the role that acquired a lease, roles with its privileges and superusers can renew or release it.")));
+}
+
+/*
+ * dlock_acquire(lock_name text, ttl interval, wait interval, owner text)
+ * returns bigint: a new fencing token when it granted the lease, NULL when
+ * a live lease (or an open transaction changing it) held the name for the
+ * whole of wait.  Retries with backoff until the deadline; never waits on
+ * a row lock.  Raises 22004/22023 on bad arguments, 25006 on a standby.
+ */
+Datum
+dlock_acquire(PG_FUNCTION_ARGS)
+{
+	text	   *lock_name;
+	Interval   *ttl;
+	Interval   *wait;
+	Interval	zero = {0};
+	text	   *owner;
+	TimestampTz start;
+	TimestampTz deadline;
+	DlockBackoff backoff;
+	Oid			holder = GetUserId();
+
+	check_writable("dlock_acquire");
+	lock_name = get_lock_name(fcinfo);
+	ttl = get_ttl(fcinfo, 1);
+	arg_not_null(fcinfo, 2, "wait");
+	wait = PG_GETARG_INTERVAL_P(2);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(wait),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must not be negative"),
+				 errdetail("The wait given is \"%s\".", interval_text(wait))));
+	owner = get_owner(fcinfo, 3);
+
+	start = GetCurrentTimestamp();
+	(void) lease_expiry(start, ttl);
+	deadline = timestamp_plus(start, wait);
+	DlockBackoffInit(&backoff);
+
+	for (;;)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		int64		token;
+
+		if (DlockStoreTryAcquire(fcinfo->flinfo->fn_oid, lock_name, owner,
+								 holder, now, lease_expiry(now, ttl), &token))
+			PG_RETURN_INT64(token);
+		if (GetCurrentTimestamp() >= deadline)
+			PG_RETURN_NULL();
+		DlockWaitUntilRetry(&backoff, deadline);
+	}
+}
+
+/*
+ * dlock_renew(lock_name text, token bigint, ttl interval) returns boolean:
+ * true when (lock_name, token) was live and now expires at now + ttl, false
+ * when the token no longer holds a live lease.  Raises 42501 when the
+ * caller may not act for the lease's holder role (whatever the token),
+ * 22004/22023 on bad arguments, 25006 on a standby.
+ */
+Datum
+dlock_renew(PG_FUNCTION_ARGS)
+{
+	text	   *lock_name;
+	int64		token;
+	Interval   *ttl;
+	TimestampTz now;
+	Oid			holder;
+	DlockStoreOutcome outcome;
+
+	check_writable("dlock_renew");
+	lock_name = get_lock_name(fcinfo);
+	token = get_token(fcinfo, 1);
+	ttl = get_ttl(fcinfo, 2);
+
+	now = GetCurrentTimestamp();
+	outcome = DlockStoreRenew(fcinfo->flinfo->fn_oid, lock_name, token, now,
+							  lease_expiry(now, ttl), &holder);
+	if (outcome != DLOCK_STORE_NO_LEASE)
+		check_holder(holder, lock_name, "renew");
+	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
+}
+
+/*
+ * dlock_release(lock_name text, token bigint) returns boolean: true when
+ * the live lease (lock_name, token) ended now, false when the token holds
+ * no live lease on that name.  The row keeps the token for fencing.
+ * Raises as dlock_renew does.
+ */
+Datum
+dlock_release(PG_FUNCTION_ARGS)
+{
+	text	   *lock_name;
+	int64		token;
+	Oid			holder;
+	DlockStoreOutcome outcome;
+
+	check_writable("dlock_release");
+	lock_name = get_lock_name(fcinfo);
+	token = get_token(fcinfo, 1);
+
+	outcome = DlockStoreRelease(fcinfo->flinfo->fn_oid, lock_name, token,
+								GetCurrentTimestamp(), &holder);
+	if (outcome != DLOCK_STORE_NO_LEASE)
+		check_holder(holder, lock_name, "release");
+	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
+}
+
+/*
+ * dlock_break(lock_name text) returns boolean: true when it ended a live
+ * lease on lock_name, whoever held it.  For operators: EXECUTE is revoked
+ * from PUBLIC.  Raises 22004/22023 on a bad name, 25006 on a standby.
+ */
+Datum
+dlock_break(PG_FUNCTION_ARGS)
+{
+	text	   *lock_name;
+
+	check_writable("dlock_break");
+	lock_name = get_lock_name(fcinfo);
+
+	PG_RETURN_BOOL(DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name,
+								   GetCurrentTimestamp()));
+}

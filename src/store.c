@@ -1,0 +1,526 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/store.c
+ *	  All access to the lease table (dlock_lease) and the token sequence
+ *	  (dlock_token_seq).
+ *
+ * Every statement is prepared once per backend through SPI, kept with
+ * SPI_keepplan and run with a fresh snapshot (GetLatestSnapshot), so a
+ * call sees the leases as they are now even inside a REPEATABLE READ
+ * transaction.  The statements run as the owner of the lease table (the
+ * extension's owner) under SECURITY_LOCAL_USERID_CHANGE: the table and the
+ * sequence stay private, and callers reach them only through these
+ * functions.  All SQL is schema-qualified, operators included, so the
+ * caller's search_path cannot redirect it.
+ *
+ * The extension's schema is that of the calling SQL function (fn_oid), so
+ * nothing is looked up by name in pg_extension.  The schema, the table OID,
+ * its owner and the plans are cached per backend; a relcache invalidation
+ * of the lease table (DROP EXTENSION, ALTER ... OWNER, a cache reset) marks
+ * the cache stale and the next call rebuilds it.
+ *
+ * Concurrency (the locking protocol):
+ *
+ * - Acquire never waits for another transaction.  A row that is locked by
+ *   an open transaction (an uncommitted acquire, renew, release or break,
+ *   or later a fenced writer) counts as held: the takeover selects the row
+ *   FOR UPDATE SKIP LOCKED, and the same statement's EXISTS probe then
+ *   reports "held".  FOR UPDATE (not NO KEY UPDATE) conflicts with every
+ *   row lock, including FOR KEY SHARE.
+ *
+ * - A name with no row yet is created by INSERT ... ON CONFLICT DO NOTHING.
+ *   Two sessions inserting the same new name would make the second wait
+ *   for the first's transaction, so an inserter first takes the name lock:
+ *   a transaction-scoped advisory lock in dlock's own class
+ *   (DLOCK_LOCKTAG_CLASS, so it never collides with the application's
+ *   pg_advisory_lock keys) on a 64-bit hash of the name, without waiting.
+ *   If it cannot be had, another session is creating the name: held.  If
+ *   the INSERT then finds a row after all, the name lock is released at
+ *   once; if it inserted, the lock stays until the transaction ends, so
+ *   no later inserter can block on the uncommitted row.  Order: name lock,
+ *   then the index insertion.  Nobody waits on the name lock, so it cannot
+ *   take part in a deadlock.
+ *
+ * - Renew, release and break are single UPDATEs.  They may wait for a
+ *   concurrent transaction that changed the same row (its outcome decides
+ *   theirs), and take FOR NO KEY UPDATE, which does not conflict with the
+ *   FOR KEY SHARE lock a fenced writer holds.
+ *
+ * - Tokens come from nextval() on the sequence, taken only when a lease is
+ *   granted, so they are unique and increasing across all names; a rolled
+ *   back grant simply skips its number.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/hashfn.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+
+#include "dlock.h"
+
+/* field4 of dlock's advisory lock tags; the SQL advisory functions use 1 and 2 */
+#define DLOCK_LOCKTAG_CLASS		0xD10C
+
+/* The statements, by id.  Keep stmt_defs[] in the same order. */
+typedef enum DlockStmt
+{
+	STMT_TAKE,					/* take over an ended lease; probe existence */
+	STMT_INSERT,				/* create the first lease of a name */
+	STMT_RENEW,
+	STMT_RELEASE,
+	STMT_HOLDER,				/* who holds the row (for the role check) */
+	STMT_BREAK,
+	NUM_STMTS
+} DlockStmt;
+
+typedef struct DlockStmtDef
+{
+	const char *sql;			/* with %1$s for the quoted schema name */
+	int			nargs;
+	Oid			argtypes[6];
+} DlockStmtDef;
+
+/*
+ * The SQL.  Parameters: $1 lock_name, then as listed.  Every name is
+ * qualified; "S" is the extension's schema.
+ */
+static const DlockStmtDef stmt_defs[NUM_STMTS] = {
+	/* STMT_TAKE: $2 now, $3 expires, $4 owner, $5 holder role name */
+	{
+		"WITH cand AS ("
+		" SELECT c.lock_name FROM %1$s.dlock_lease c"
+		" WHERE c.lock_name OPERATOR(pg_catalog.=) $1"
+		" AND (c.released OR c.expires_at OPERATOR(pg_catalog.<=) $2)"
+		" FOR UPDATE SKIP LOCKED),"
+		" took AS ("
+		" UPDATE %1$s.dlock_lease l"
+		" SET token = pg_catalog.nextval('%1$s.dlock_token_seq'::pg_catalog.regclass),"
+		" owner = $4, holder_role = $5, acquired_at = $2, renewed_at = $2,"
+		" expires_at = $3, released = false"
+		" FROM cand WHERE l.lock_name OPERATOR(pg_catalog.=) cand.lock_name"
+		" RETURNING l.token)"
+		" SELECT (SELECT t.token FROM took t),"
+		" EXISTS (SELECT FROM %1$s.dlock_lease e"
+		" WHERE e.lock_name OPERATOR(pg_catalog.=) $1)",
+		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, NAMEOID}
+	},
+	/* STMT_INSERT: $2 now, $3 expires, $4 owner, $5 holder role name */
+	{
+		"INSERT INTO %1$s.dlock_lease AS l (lock_name, token, owner, holder_role,"
+		" acquired_at, renewed_at, expires_at, released)"
+		" VALUES ($1, pg_catalog.nextval('%1$s.dlock_token_seq'::pg_catalog.regclass),"
+		" $4, $5, $2, $2, $3, false)"
+		" ON CONFLICT (lock_name) DO NOTHING"
+		" RETURNING l.token",
+		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, NAMEOID}
+	},
+	/* STMT_RENEW: $2 token, $3 now, $4 new expiry */
+	{
+		"UPDATE %1$s.dlock_lease l"
+		" SET renewed_at = $3, expires_at = $4"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
+		" AND l.token OPERATOR(pg_catalog.=) $2"
+		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $3"
+		" RETURNING l.holder_role",
+		4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
+	},
+	/* STMT_RELEASE: $2 token, $3 now */
+	{
+		"UPDATE %1$s.dlock_lease l"
+		" SET released = true, expires_at = $3"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
+		" AND l.token OPERATOR(pg_catalog.=) $2"
+		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $3"
+		" RETURNING l.holder_role",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
+	},
+	/* STMT_HOLDER */
+	{
+		"SELECT l.holder_role FROM %1$s.dlock_lease l"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	/* STMT_BREAK: $2 now */
+	{
+		"UPDATE %1$s.dlock_lease l"
+		" SET released = true, expires_at = $2"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
+		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $2"
+		" RETURNING l.token",
+		2, {TEXTOID, TIMESTAMPTZOID}
+	},
+};
+
+/* Per-backend cache of where the extension lives, and the saved plans. */
+typedef struct DlockStoreCache
+{
+	bool		valid;			/* false: rebuild before use */
+	uint64		inval_count;	/* relcache invalidations seen so far */
+	Oid			nspid;			/* the extension's schema */
+	Oid			leaserelid;		/* dlock_lease */
+	Oid			owner;			/* owner of dlock_lease */
+	SPIPlanPtr	plans[NUM_STMTS];
+} DlockStoreCache;
+
+static DlockStoreCache store_cache;
+static bool callback_registered = false;
+
+/* The identity to restore after running as the table owner. */
+typedef struct DlockStoreSession
+{
+	Oid			save_userid;
+	int			save_sec_context;
+} DlockStoreSession;
+
+/*
+ * store_relcache_callback marks the cache stale when the lease table's
+ * relcache entry is invalidated (or all entries are).  It only flips a
+ * flag: freeing plans here could pull them from under a running call.
+ */
+static void
+store_relcache_callback(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == store_cache.leaserelid)
+	{
+		store_cache.valid = false;
+		store_cache.inval_count++;
+	}
+}
+
+/*
+ * store_prepare_cache makes store_cache valid for the schema of the SQL
+ * function fn_oid: finds dlock_lease and its owner and prepares every
+ * statement.  Must run inside SPI_connect.  Raises if the extension's
+ * table is missing (a broken install).
+ */
+static void
+store_prepare_cache(Oid fn_oid)
+{
+	Oid			nspid = get_func_namespace(fn_oid);
+	char	   *nspname;
+	const char *qnsp;
+	Oid			relid;
+	HeapTuple	tup;
+	uint64		inval_start;
+	int			i;
+
+	if (store_cache.valid && store_cache.nspid == nspid)
+		return;
+	store_cache.valid = false;
+	inval_start = store_cache.inval_count;
+
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(store_relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+
+	for (i = 0; i < NUM_STMTS; i++)
+	{
+		if (store_cache.plans[i] != NULL)
+		{
+			SPI_freeplan(store_cache.plans[i]);
+			store_cache.plans[i] = NULL;
+		}
+	}
+
+	nspname = get_namespace_name(nspid);
+	if (nspname == NULL)
+		elog(ERROR, "cache lookup failed for namespace %u", nspid);
+	relid = get_relname_relid("dlock_lease", nspid);
+	if (!OidIsValid(relid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" is missing"),
+				 errdetail("Relation \"%s.dlock_lease\" does not exist.", nspname),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for relation %u", relid);
+	store_cache.owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+
+	store_cache.nspid = nspid;
+	store_cache.leaserelid = relid;
+
+	qnsp = quote_identifier(nspname);
+	for (i = 0; i < NUM_STMTS; i++)
+	{
+		const DlockStmtDef *def = &stmt_defs[i];
+		char	   *sql = psprintf(def->sql, qnsp);
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
+		if (plan == NULL)
+			elog(ERROR, "SPI_prepare failed for dlock statement %d: %s",
+				 i, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "SPI_keepplan failed for dlock statement %d", i);
+		store_cache.plans[i] = plan;
+		pfree(sql);
+	}
+
+	/*
+	 * Preparing locks the table and so may have processed an invalidation
+	 * of it (say, a concurrent owner change): then what was read above may
+	 * be stale, so serve this call but rebuild on the next.
+	 */
+	store_cache.valid = (store_cache.inval_count == inval_start);
+}
+
+/*
+ * store_begin connects to SPI, makes the cache valid and switches to the
+ * lease table's owner.  Pair with store_end.  An error in between is
+ * cleaned up by transaction abort (SPI and the user id alike).
+ */
+static void
+store_begin(Oid fn_oid, DlockStoreSession *session)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	store_prepare_cache(fn_oid);
+
+	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
+	SetUserIdAndSecContext(store_cache.owner,
+						   session->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
+}
+
+/*
+ * store_end restores the caller's identity and disconnects from SPI.
+ */
+static void
+store_end(DlockStoreSession *session)
+{
+	SetUserIdAndSecContext(session->save_userid, session->save_sec_context);
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "SPI_finish failed");
+}
+
+/*
+ * store_exec runs statement id with the given arguments on a fresh snapshot
+ * and returns the number of rows it produced (at most one).  The result, if
+ * any, is in SPI_tuptable.
+ */
+static uint64
+store_exec(DlockStmt id, Datum *values, int expected)
+{
+	int			rc;
+
+	rc = SPI_execute_snapshot(store_cache.plans[id], values, NULL,
+							  GetLatestSnapshot(), InvalidSnapshot,
+							  false, true, 1);
+	if (rc != expected)
+		elog(ERROR, "dlock statement %d returned %s", (int) id,
+			 SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/*
+ * store_result_datum returns column col (1-based) of the first result row,
+ * setting *isnull.
+ */
+static Datum
+store_result_datum(int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col,
+						 isnull);
+}
+
+/*
+ * store_result_role returns the OID of the role named in column 1 of the
+ * first result row, or InvalidOid when that role no longer exists.
+ */
+static Oid
+store_result_role(void)
+{
+	bool		isnull;
+	Datum		d = store_result_datum(1, &isnull);
+
+	if (isnull)
+		return InvalidOid;
+	return get_role_oid(NameStr(*DatumGetName(d)), true);
+}
+
+/*
+ * name_locktag fills tag with dlock's advisory lock for lock_name in the
+ * current database.
+ */
+static void
+name_locktag(LOCKTAG *tag, text *lock_name)
+{
+	uint64		h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(lock_name),
+										VARSIZE_ANY_EXHDR(lock_name), 0);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 DLOCK_LOCKTAG_CLASS);
+}
+
+/*
+ * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
+ * holder, from now until expires.  On success it stores the new token in
+ * *token and returns true; it returns false when a live lease holds the
+ * name or an open transaction is changing it.  Never waits for another
+ * transaction (see the protocol above); may take dlock's name lock, which
+ * it keeps only when it inserted a row.
+ */
+bool
+DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
+					 TimestampTz now, TimestampTz expires, int64 *token)
+{
+	DlockStoreSession session;
+	Datum		values[5];
+	NameData	holder_name;
+	bool		granted = false;
+	int			attempt;
+
+	namestrcpy(&holder_name, GetUserNameFromId(holder, false));
+	values[0] = PointerGetDatum(lock_name);
+	values[1] = TimestampTzGetDatum(now);
+	values[2] = TimestampTzGetDatum(expires);
+	values[3] = PointerGetDatum(owner);
+	values[4] = NameGetDatum(&holder_name);
+
+	store_begin(fn_oid, &session);
+
+	/*
+	 * A row can appear between the probe and the insert (another session
+	 * created and committed it); the second round then decides on the row.
+	 */
+	for (attempt = 0; attempt < 2 && !granted; attempt++)
+	{
+		bool		isnull;
+		Datum		d;
+		LOCKTAG		tag;
+
+		store_exec(STMT_TAKE, values, SPI_OK_SELECT);
+		d = store_result_datum(1, &isnull);
+		if (!isnull)
+		{
+			*token = DatumGetInt64(d);
+			granted = true;
+			break;
+		}
+		d = store_result_datum(2, &isnull);
+		if (DatumGetBool(d))
+			break;				/* the row exists: live, or being changed */
+
+		name_locktag(&tag, lock_name);
+		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+			break;				/* another session is creating the name */
+
+		if (store_exec(STMT_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
+		{
+			*token = DatumGetInt64(store_result_datum(1, &isnull));
+			granted = true;
+		}
+		else
+			LockRelease(&tag, ExclusiveLock, false);
+	}
+
+	store_end(&session);
+	return granted;
+}
+
+/*
+ * store_end_or_extend runs the renew or release statement for (lock_name,
+ * token) and reports what it found; *holder is the holder role of the row
+ * (InvalidOid if there is none or the role was dropped).  May wait for a
+ * concurrent transaction that is changing the same row.
+ */
+static DlockStoreOutcome
+store_end_or_extend(DlockStmt id, Oid fn_oid, Datum *values, Oid *holder)
+{
+	DlockStoreSession session;
+	DlockStoreOutcome outcome;
+
+	store_begin(fn_oid, &session);
+	if (store_exec(id, values, SPI_OK_UPDATE_RETURNING) == 1)
+	{
+		*holder = store_result_role();
+		outcome = DLOCK_STORE_DONE;
+	}
+	else if (store_exec(STMT_HOLDER, values, SPI_OK_SELECT) == 1)
+	{
+		*holder = store_result_role();
+		outcome = DLOCK_STORE_NOT_HELD;
+	}
+	else
+	{
+		*holder = InvalidOid;
+		outcome = DLOCK_STORE_NO_LEASE;
+	}
+	store_end(&session);
+	return outcome;
+}
+
+/*
+ * DlockStoreRenew moves the expiry of the live lease (lock_name, token) to
+ * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
+ * otherwise whether a row exists; *holder is the row's holder role.  The
+ * caller checks the role and raises if it must: the error undoes the
+ * update.
+ */
+DlockStoreOutcome
+DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
+				TimestampTz expires, Oid *holder)
+{
+	Datum		values[4];
+
+	values[0] = PointerGetDatum(lock_name);
+	values[1] = Int64GetDatum(token);
+	values[2] = TimestampTzGetDatum(now);
+	values[3] = TimestampTzGetDatum(expires);
+	return store_end_or_extend(STMT_RENEW, fn_oid, values, holder);
+}
+
+/*
+ * DlockStoreRelease ends the live lease (lock_name, token) at now; the row
+ * keeps the token.  Results as for DlockStoreRenew.
+ */
+DlockStoreOutcome
+DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
+				  Oid *holder)
+{
+	Datum		values[3];
+
+	values[0] = PointerGetDatum(lock_name);
+	values[1] = Int64GetDatum(token);
+	values[2] = TimestampTzGetDatum(now);
+	return store_end_or_extend(STMT_RELEASE, fn_oid, values, holder);
+}
+
+/*
+ * DlockStoreBreak ends whatever live lease holds lock_name, at now.
+ * Returns true when there was one.  May wait for a concurrent transaction
+ * that is changing the row.
+ */
+bool
+DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
+{
+	DlockStoreSession session;
+	Datum		values[2];
+	bool		broken;
+
+	values[0] = PointerGetDatum(lock_name);
+	values[1] = TimestampTzGetDatum(now);
+
+	store_begin(fn_oid, &session);
+	broken = (store_exec(STMT_BREAK, values, SPI_OK_UPDATE_RETURNING) == 1);
+	store_end(&session);
+	return broken;
+}

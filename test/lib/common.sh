@@ -1,0 +1,150 @@
+# test/lib/common.sh: shared by test/run-tests, test/demo and the benchmarks.
+#
+# Installs what is missing (Debian packages), builds and installs dlock, and
+# starts and stops throwaway clusters.  A throwaway cluster lives in a folder
+# under the checkout, is owned by the postgres user (PostgreSQL refuses to
+# run as root), listens on 127.0.0.1 on a free port (never 5432) and on a
+# Unix socket in a private directory; the machine's default cluster is never
+# touched.
+#
+# Source it from bash; it defines functions and variables, nothing runs.
+
+DLOCK_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+PG_MAJOR=15
+PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
+DLOCK_RUN_USER=postgres
+
+# The Debian packages the two commands need.
+DLOCK_PACKAGES=(
+    make gcc
+    "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" "postgresql-$PG_MAJOR-pgtap"
+    libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
+)
+
+dlock_say() { printf '%s\n' "$*"; }
+dlock_die() { printf 'dlock: %s\n' "$*" >&2; exit 1; }
+
+# dlock_ensure_packages installs the packages in DLOCK_PACKAGES (and any
+# given as arguments) that are not installed yet.
+dlock_ensure_packages() {
+    local pkg missing=()
+    for pkg in "${DLOCK_PACKAGES[@]}" "$@"; do
+        if [ "$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null)" != "install ok installed" ]; then
+            missing+=("$pkg")
+        fi
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$(id -u)" -eq 0 ] || dlock_die "missing packages: ${missing[*]} (run as root, or install them)"
+    dlock_say "== installing: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q </dev/null || dlock_die "apt-get update failed"
+    apt-get install -y -q "${missing[@]}" </dev/null || dlock_die "apt-get install failed"
+}
+
+# dlock_run_as_pg runs a command as the postgres user (directly when we
+# already are that user or not root).
+dlock_run_as_pg() {
+    if [ "$(id -u)" -eq 0 ]; then
+        runuser -u "$DLOCK_RUN_USER" -- "$@"
+    else
+        "$@"
+    fi
+}
+
+# dlock_ensure_access lets the postgres user reach the checkout: it needs to
+# traverse every parent directory.  Only the search (x) bit is added, and
+# only where it is missing.
+dlock_ensure_access() {
+    [ "$(id -u)" -eq 0 ] || return 0
+    dlock_run_as_pg test -r "$DLOCK_TOP/Makefile" && return 0
+    local d=$DLOCK_TOP
+    while [ "$d" != "/" ]; do
+        if ! dlock_run_as_pg test -x "$d"; then
+            dlock_say "== granting the postgres user search access to $d"
+            chmod o+x "$d"
+        fi
+        d=$(dirname "$d")
+    done
+    dlock_run_as_pg test -r "$DLOCK_TOP/Makefile" ||
+        dlock_die "the postgres user cannot read $DLOCK_TOP"
+}
+
+# dlock_build_install builds dlock with warnings as errors and installs it
+# into PostgreSQL's directories.
+dlock_build_install() {
+    dlock_say "== building and installing dlock"
+    make -s -C "$DLOCK_TOP" PG_CONFIG="$PG_CONFIG" all >/dev/null || dlock_die "build failed"
+    make -s -C "$DLOCK_TOP" PG_CONFIG="$PG_CONFIG" install >/dev/null || dlock_die "install failed"
+}
+
+# dlock_workdir NAME creates (empty) and prints $DLOCK_TOP/NAME, owned by
+# the postgres user.
+dlock_workdir() {
+    local dir=$DLOCK_TOP/$1
+    if [ -d "$dir" ]; then
+        dlock_stop_clusters_under "$dir"
+        rm -rf "$dir"
+    fi
+    mkdir -p "$dir"
+    [ "$(id -u)" -eq 0 ] && chown "$DLOCK_RUN_USER": "$dir"
+    printf '%s\n' "$dir"
+}
+
+# dlock_stop_clusters_under DIR stops any cluster a previous, interrupted run
+# left running under DIR.
+dlock_stop_clusters_under() {
+    local pid_file
+    while IFS= read -r pid_file; do
+        dlock_run_as_pg "$PG_BINDIR/pg_ctl" -D "$(dirname "$pid_file")" -m immediate stop >/dev/null 2>&1 || true
+    done < <(find "$1" -name postmaster.pid 2>/dev/null)
+}
+
+# dlock_free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+dlock_free_port() {
+    local port tries=0
+    while [ $tries -lt 200 ]; do
+        port=$((20000 + RANDOM % 30000))
+        tries=$((tries + 1))
+        [ "$port" -eq 5432 ] && continue
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            printf '%s\n' "$port"
+            return 0
+        fi
+    done
+    dlock_die "no free port found"
+}
+
+# dlock_cluster_start DIR [CONF-LINE...] initialises a cluster in DIR/data,
+# appends the given postgresql.conf lines, starts it and exports PGHOST,
+# PGPORT, PGUSER and DLOCK_CLUSTER_DIR for the callers' psql.
+dlock_cluster_start() {
+    local dir=$1
+    shift
+    local sockdir port line
+    sockdir=$(mktemp -d /tmp/dlock-sock.XXXXXX)
+    [ "$(id -u)" -eq 0 ] && chown "$DLOCK_RUN_USER": "$sockdir"
+    dlock_run_as_pg "$PG_BINDIR/initdb" -D "$dir/data" -U postgres --auth=trust \
+        --encoding=UTF8 --no-locale >"$dir/initdb.log" 2>&1 ||
+        { cat "$dir/initdb.log" >&2; dlock_die "initdb failed"; }
+    port=$(dlock_free_port)
+    {
+        echo "port = $port"
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$sockdir'"
+        echo "max_connections = 50"
+        for line in "$@"; do echo "$line"; done
+    } >>"$dir/data/postgresql.conf"
+    dlock_run_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
+        { cat "$dir/server.log" >&2; dlock_die "the throwaway cluster did not start"; }
+    export PGHOST=$sockdir PGPORT=$port PGUSER=postgres DLOCK_CLUSTER_DIR=$dir
+    unset PGDATABASE PGPASSWORD PGSERVICE
+}
+
+# dlock_cluster_stop stops the cluster dlock_cluster_start started last.
+dlock_cluster_stop() {
+    [ -n "${DLOCK_CLUSTER_DIR:-}" ] || return 0
+    dlock_run_as_pg "$PG_BINDIR/pg_ctl" -D "$DLOCK_CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+    [ -n "${PGHOST:-}" ] && case $PGHOST in /tmp/dlock-sock.*) rm -rf "$PGHOST" ;; esac
+    DLOCK_CLUSTER_DIR=
+}
