@@ -78,6 +78,24 @@ dlock_build_install() {
     make -s -C "$DLOCK_TOP" PG_CONFIG="$PG_CONFIG" install >/dev/null || dlock_die "install failed"
 }
 
+# dlock_prepare [use-installed] builds and installs dlock, unless
+# DLOCK_NO_BUILD is set (a tree that is already installed).  A non-root user
+# who cannot write PostgreSQL's directories cannot install: with
+# use-installed the dlock already installed is used (the demo), otherwise
+# it is an error (tests must run the checkout's code).
+dlock_prepare() {
+    [ -n "${DLOCK_NO_BUILD:-}" ] && return 0
+    if [ "$(id -u)" -ne 0 ] && [ ! -w "$("$PG_CONFIG" --pkglibdir)" ]; then
+        if [ "${1:-}" = use-installed ] &&
+            [ -f "$("$PG_CONFIG" --sharedir)/extension/dlock.control" ]; then
+            dlock_say "== not root: using the dlock already installed (run 'sudo make install' to update it)"
+            return 0
+        fi
+        dlock_die "$(id -un) cannot install into PostgreSQL's directories: run as root, or 'sudo make install' first and set DLOCK_NO_BUILD=1"
+    fi
+    dlock_build_install
+}
+
 # dlock_workdir NAME creates (empty) and prints $DLOCK_TOP/NAME, owned by
 # the postgres user.
 dlock_workdir() {
