@@ -50,17 +50,30 @@
  *   granted, so they are unique and increasing across all names; a rolled
  *   back grant simply skips its number.
  *
+ * - A token must never be handed out twice, also across a crash.  nextval()
+ *   WAL-logs the sequence only every SEQ_LOG_VALS calls, logging ahead, and
+ *   that record reaches disk only when some later flush covers it: if the
+ *   granting transaction never commits, or commits with synchronous_commit
+ *   off, a crash would restart the sequence below tokens already returned.
+ *   So before returning a token, acquire flushes WAL up to the sequence
+ *   page's LSN (the record that covers the token).  That costs one flush per
+ *   SEQ_LOG_VALS grants at most, and nothing when a commit already flushed.
+ *   Reading the LSN takes a share lock on the sequence's buffer, briefly.
+ *
  * Copyright (c) 2026, the dlock authors
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
@@ -172,6 +185,7 @@ typedef struct DlockStoreCache
 	uint64		inval_count;	/* relcache invalidations seen so far */
 	Oid			nspid;			/* the extension's schema */
 	Oid			leaserelid;		/* dlock_lease */
+	Oid			seqrelid;		/* dlock_token_seq */
 	Oid			owner;			/* owner of dlock_lease */
 	SPIPlanPtr	plans[NUM_STMTS];
 } DlockStoreCache;
@@ -247,6 +261,14 @@ store_prepare_cache(Oid fn_oid)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("lease table of extension \"dlock\" is missing"),
 				 errdetail("Relation \"%s.dlock_lease\" does not exist.", nspname),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+
+	store_cache.seqrelid = get_relname_relid("dlock_token_seq", nspid);
+	if (!OidIsValid(store_cache.seqrelid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("token sequence of extension \"dlock\" is missing"),
+				 errdetail("Sequence \"%s.dlock_token_seq\" does not exist.", nspname),
 				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
 
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
@@ -371,12 +393,34 @@ name_locktag(LOCKTAG *tag, text *lock_name)
 }
 
 /*
+ * flush_token_wal makes the WAL record that covers every token handed out
+ * so far durable: it flushes WAL up to the LSN of the token sequence's page
+ * (see the protocol above).  Takes AccessShareLock on the sequence (already
+ * held by nextval in this transaction) and a brief share lock on its buffer.
+ */
+static void
+flush_token_wal(void)
+{
+	Relation	seqrel = relation_open(store_cache.seqrelid, AccessShareLock);
+	Buffer		buf = ReadBuffer(seqrel, 0);
+	XLogRecPtr	lsn;
+
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, AccessShareLock);
+
+	XLogFlush(lsn);
+}
+
+/*
  * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
  * holder, from now until expires.  On success it stores the new token in
  * *token and returns true; it returns false when a live lease holds the
  * name or an open transaction is changing it.  Never waits for another
  * transaction (see the protocol above); may take dlock's name lock, which
- * it keeps only when it inserted a row.
+ * it keeps only when it inserted a row.  A granted token's sequence WAL is
+ * flushed before this returns.
  */
 bool
 DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
@@ -432,6 +476,8 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 			LockRelease(&tag, ExclusiveLock, false);
 	}
 
+	if (granted)
+		flush_token_wal();
 	store_end(&session);
 	return granted;
 }
