@@ -69,8 +69,9 @@ END $$;
 SELECT count(*) AS rows_for_plpgsql FROM dlock_leases WHERE lock_name = 'tx:plpgsql';
 
 -- the calls work inside a REPEATABLE READ transaction whose snapshot is
--- older than the lease change (specs/race-snapshot.spec shows that they
--- see other sessions' commits made after that snapshot)
+-- older than the lease change (specs/race-uncommitted.spec and
+-- race-release-takeover.spec show that they see other sessions' commits
+-- made after that snapshot)
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT count(*) FROM dlock_leases;
 SELECT dlock_release('tx:sp', 7);
