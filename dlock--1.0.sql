@@ -20,13 +20,15 @@ COMMENT ON SEQUENCE @extschema@.dlock_token_seq IS
  * One row per lock name: the current (or last) lease.  The row outlives the
  * lease so that the last token stays known for fencing.  Only lock_name is
  * indexed so that renewals and takeovers can be HOT updates; fillfactor
- * leaves room on each page for them.
+ * leaves room on each page for them.  holder_role is a regrole: the role's
+ * identity survives a rename, and pg_dump writes it as a role name, so a
+ * restore maps it to the role of that name (which must exist).
  */
 CREATE TABLE @extschema@.dlock_lease (
     lock_name   pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
     token       pg_catalog.int8 NOT NULL,
     owner       pg_catalog.text NOT NULL,
-    holder_role pg_catalog.name NOT NULL,
+    holder_role pg_catalog.regrole NOT NULL,
     acquired_at pg_catalog.timestamptz NOT NULL,
     renewed_at  pg_catalog.timestamptz NOT NULL,
     expires_at  pg_catalog.timestamptz NOT NULL,
@@ -61,7 +63,7 @@ CREATE VIEW @extschema@.dlock_leases AS
 SELECT l.lock_name,
        l.token,
        l.owner,
-       l.holder_role,
+       pg_catalog.pg_get_userbyid(l.holder_role) AS holder_role,
        l.acquired_at,
        l.renewed_at,
        l.expires_at,

@@ -256,24 +256,27 @@ get_owner(FunctionCallInfo fcinfo, int argno)
 
 /*
  * check_holder raises 42501 unless the current user may act for holder, the
- * role that acquired the lease on lock_name: that role, a role with its
- * privileges, or a superuser.  A lease whose holder role was dropped
- * (InvalidOid) is left to superusers.
+ * role that acquired the lease on lock_name: that role, a member of it
+ * (with or without INHERIT) or a superuser.  A holder role that was dropped
+ * has no members, so its leases are left to superusers (and dlock_break).
  */
 static void
 check_holder(Oid holder, text *lock_name, const char *action)
 {
-	Oid			me = GetUserId();
+	char	   *holder_name;
 
-	if (OidIsValid(holder) ? has_privs_of_role(me, holder) : superuser())
+	if (is_member_of_role(GetUserId(), holder))
 		return;
+	holder_name = GetUserNameFromId(holder, true);
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			 errmsg("permission denied to %s lease", action),
+			 holder_name != NULL ?
 			 errdetail("Lease \"%s\" was acquired by role \"%s\".",
-					   text_to_cstring(lock_name),
-					   OidIsValid(holder) ? GetUserNameFromId(holder, false) : "(dropped role)"),
-			 errhint("Only the role that acquired a lease, roles with its privileges and superusers can renew or release it.")));
+					   text_to_cstring(lock_name), holder_name) :
+			 errdetail("Lease \"%s\" was acquired by a role that has been dropped (OID %u).",
+					   text_to_cstring(lock_name), holder),
+			 errhint("Only the role that acquired a lease, its members and superusers can renew or release it.")));
 }
 
 /*
@@ -332,8 +335,8 @@ dlock_acquire(PG_FUNCTION_ARGS)
  * dlock_renew(lock_name text, token bigint, ttl interval) returns boolean:
  * true when (lock_name, token) was live and now expires at now + ttl, false
  * when the token no longer holds a live lease.  Raises 42501 when the
- * caller may not act for the lease's holder role (whatever the token),
- * 22004/22023 on bad arguments, 25006 on a standby.
+ * caller is not the lease's holder role, a member of it or a superuser
+ * (whatever the token), 22004/22023 on bad arguments, 25006 on a standby.
  */
 Datum
 dlock_renew(PG_FUNCTION_ARGS)

@@ -112,7 +112,7 @@ typedef struct DlockStmtDef
  * qualified; "S" is the extension's schema.
  */
 static const DlockStmtDef stmt_defs[NUM_STMTS] = {
-	/* STMT_TAKE: $2 now, $3 expires, $4 owner, $5 holder role name */
+	/* STMT_TAKE: $2 now, $3 expires, $4 owner, $5 holder role */
 	{
 		"WITH cand AS ("
 		" SELECT c.lock_name FROM %1$s.dlock_lease c"
@@ -129,9 +129,9 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" SELECT (SELECT t.token FROM took t),"
 		" EXISTS (SELECT FROM %1$s.dlock_lease e"
 		" WHERE e.lock_name OPERATOR(pg_catalog.=) $1)",
-		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, NAMEOID}
+		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}
 	},
-	/* STMT_INSERT: $2 now, $3 expires, $4 owner, $5 holder role name */
+	/* STMT_INSERT: $2 now, $3 expires, $4 owner, $5 holder role */
 	{
 		"INSERT INTO %1$s.dlock_lease AS l (lock_name, token, owner, holder_role,"
 		" acquired_at, renewed_at, expires_at, released)"
@@ -139,7 +139,7 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" $4, $5, $2, $2, $3, false)"
 		" ON CONFLICT (lock_name) DO NOTHING"
 		" RETURNING l.token",
-		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, NAMEOID}
+		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}
 	},
 	/* STMT_RENEW: $2 token, $3 now, $4 new expiry */
 	{
@@ -364,8 +364,8 @@ store_result_datum(int col, bool *isnull)
 }
 
 /*
- * store_result_role returns the OID of the role named in column 1 of the
- * first result row, or InvalidOid when that role no longer exists.
+ * store_result_role returns the role OID in column 1 of the first result
+ * row.  The role may have been dropped since; the caller copes.
  */
 static Oid
 store_result_role(void)
@@ -373,9 +373,7 @@ store_result_role(void)
 	bool		isnull;
 	Datum		d = store_result_datum(1, &isnull);
 
-	if (isnull)
-		return InvalidOid;
-	return get_role_oid(NameStr(*DatumGetName(d)), true);
+	return isnull ? InvalidOid : DatumGetObjectId(d);
 }
 
 /*
@@ -428,16 +426,14 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 {
 	DlockStoreSession session;
 	Datum		values[5];
-	NameData	holder_name;
 	bool		granted = false;
 	int			attempt;
 
-	namestrcpy(&holder_name, GetUserNameFromId(holder, false));
 	values[0] = PointerGetDatum(lock_name);
 	values[1] = TimestampTzGetDatum(now);
 	values[2] = TimestampTzGetDatum(expires);
 	values[3] = PointerGetDatum(owner);
-	values[4] = NameGetDatum(&holder_name);
+	values[4] = ObjectIdGetDatum(holder);
 
 	store_begin(fn_oid, &session);
 
@@ -485,7 +481,7 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 /*
  * store_end_or_extend runs the renew or release statement for (lock_name,
  * token) and reports what it found; *holder is the holder role of the row
- * (InvalidOid if there is none or the role was dropped).  May wait for a
+ * (InvalidOid if there is none).  May wait for a
  * concurrent transaction that is changing the same row.
  */
 static DlockStoreOutcome

@@ -1,0 +1,230 @@
+-- test/pgtap/01_shape.sql: the catalog shape of dlock 1.0.
+--
+-- Every function with its exact signature (argument types, names and
+-- defaults), return type, language, volatility, strictness and security;
+-- the view's columns in order; the table and the sequence; which objects
+-- are members of the extension; relocatability and the dump configuration.
+-- Nothing here calls a dlock function.
+
+\set ON_ERROR_STOP 1
+SET client_min_messages = warning;
+
+BEGIN;
+
+-- The extension's schema (wherever it was created) and pgTAP's.  Unqualified
+-- names below resolve there, and object descriptions print unqualified.
+SELECT n.nspname AS dlock_schema
+  FROM pg_catalog.pg_extension e
+  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'dlock' \gset
+SELECT n.nspname AS pgtap_schema
+  FROM pg_catalog.pg_extension e
+  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'pgtap' \gset
+SET LOCAL search_path = :"dlock_schema", :"pgtap_schema";
+
+SELECT plan(41);
+
+-- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
+SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
+    'dlock_acquire(text, interval, interval, text) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'], 'bigint',
+    'dlock_acquire returns bigint');
+SELECT function_lang_is(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'], 'c',
+    'dlock_acquire is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'], 'volatile',
+    'dlock_acquire is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
+    'dlock_acquire is not STRICT (NULL arguments are errors, not a NULL result)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
+    'dlock_acquire is not SECURITY DEFINER');
+
+-- dlock_renew(lock_name text, token bigint, ttl interval) -> boolean
+SELECT has_function(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'],
+    'dlock_renew(text, bigint, interval) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'], 'boolean',
+    'dlock_renew returns boolean');
+SELECT function_lang_is(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'], 'c',
+    'dlock_renew is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'], 'volatile',
+    'dlock_renew is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'],
+    'dlock_renew is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'],
+    'dlock_renew is not SECURITY DEFINER');
+
+-- dlock_release(lock_name text, token bigint) -> boolean
+SELECT has_function(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'],
+    'dlock_release(text, bigint) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'], 'boolean',
+    'dlock_release returns boolean');
+SELECT function_lang_is(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'], 'c',
+    'dlock_release is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'], 'volatile',
+    'dlock_release is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'],
+    'dlock_release is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'],
+    'dlock_release is not SECURITY DEFINER');
+
+-- dlock_break(lock_name text) -> boolean
+SELECT has_function(:'dlock_schema', 'dlock_break', ARRAY['text'],
+    'dlock_break(text) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_break', ARRAY['text'], 'boolean',
+    'dlock_break returns boolean');
+SELECT function_lang_is(:'dlock_schema', 'dlock_break', ARRAY['text'], 'c',
+    'dlock_break is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_break', ARRAY['text'], 'volatile',
+    'dlock_break is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_break', ARRAY['text'],
+    'dlock_break is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_break', ARRAY['text'],
+    'dlock_break is not SECURITY DEFINER');
+
+-- Argument names and defaults (callers use named arguments and rely on the
+-- defaults), PARALLEL UNSAFE, plain functions, and the C symbol of each.
+SELECT results_eq(
+    $$SELECT p.proname::text COLLATE "default", pg_catalog.pg_get_function_arguments(p.oid),
+             p.prokind::text, p.proparallel::text, p.prosrc COLLATE "default", p.probin COLLATE "default"
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema()))
+         AND p.proname LIKE 'dlock\_%'
+       ORDER BY p.proname$$,
+    $$VALUES
+        ('dlock_acquire', 'lock_name text, ttl interval, wait interval DEFAULT ''00:00:00''::interval, owner text DEFAULT NULL::text',
+         'f', 'u', 'dlock_acquire', '$libdir/dlock'),
+        ('dlock_break', 'lock_name text', 'f', 'u', 'dlock_break', '$libdir/dlock'),
+        ('dlock_release', 'lock_name text, token bigint', 'f', 'u', 'dlock_release', '$libdir/dlock'),
+        ('dlock_renew', 'lock_name text, token bigint, ttl interval', 'f', 'u', 'dlock_renew', '$libdir/dlock')$$,
+    'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL), PARALLEL UNSAFE, and C symbols named after them'
+);
+SELECT is(
+    (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
+      WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break')),
+    4::bigint,
+    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release or dlock_break'
+);
+
+-- The view.
+SELECT has_view(:'dlock_schema', 'dlock_leases', 'view dlock_leases exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod)
+        FROM pg_catalog.pg_attribute a
+       WHERE a.attrelid = 'dlock_leases'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       ORDER BY a.attnum$$,
+    $$VALUES ('lock_name', 'text'), ('token', 'bigint'), ('owner', 'text'), ('holder_role', 'name'),
+             ('acquired_at', 'timestamp with time zone'), ('renewed_at', 'timestamp with time zone'),
+             ('expires_at', 'timestamp with time zone'), ('released', 'boolean'), ('live', 'boolean')$$,
+    'dlock_leases has exactly the columns lock_name text, token bigint, owner text, holder_role name, acquired_at/renewed_at/expires_at timestamptz, released boolean, live boolean, in that order'
+);
+
+-- The table.
+SELECT has_table(:'dlock_schema', 'dlock_lease', 'table dlock_lease exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull
+        FROM pg_catalog.pg_attribute a
+       WHERE a.attrelid = 'dlock_lease'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       ORDER BY a.attnum$$,
+    $$VALUES ('lock_name', 'text', true), ('token', 'bigint', true), ('owner', 'text', true),
+             ('holder_role', 'regrole', true), ('acquired_at', 'timestamp with time zone', true),
+             ('renewed_at', 'timestamp with time zone', true), ('expires_at', 'timestamp with time zone', true),
+             ('released', 'boolean', true)$$,
+    'dlock_lease has the columns of a lease, all NOT NULL'
+);
+SELECT col_is_pk(:'dlock_schema', 'dlock_lease', ARRAY['lock_name'], 'lock_name is the primary key of dlock_lease');
+SELECT is(
+    (SELECT c.collname::text COLLATE "default" FROM pg_catalog.pg_attribute a
+       JOIN pg_catalog.pg_collation c ON c.oid = a.attcollation
+      WHERE a.attrelid = 'dlock_lease'::regclass AND a.attname = 'lock_name'),
+    'C',
+    'dlock_lease.lock_name uses the "C" collation (names compare bytewise, whatever the database locale)'
+);
+
+-- The sequence.
+SELECT has_sequence(:'dlock_schema', 'dlock_token_seq', 'sequence dlock_token_seq exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT s.seqtypid::regtype::text COLLATE "default", s.seqmin, s.seqincrement, s.seqcycle
+        FROM pg_catalog.pg_sequence s WHERE s.seqrelid = 'dlock_token_seq'::regclass$$,
+    $$VALUES ('bigint', 1::bigint, 1::bigint, false)$$,
+    'dlock_token_seq is a bigint sequence from 1, counting up by 1, that never cycles (tokens never repeat)'
+);
+SELECT results_eq(
+    $$SELECT c.relname::text COLLATE "default", c.relpersistence::text FROM pg_catalog.pg_class c
+       WHERE c.oid IN ('dlock_lease'::regclass, 'dlock_token_seq'::regclass) ORDER BY c.relname$$,
+    $$VALUES ('dlock_lease', 'p'), ('dlock_token_seq', 'p')$$,
+    'dlock_lease and dlock_token_seq are permanent (logged) relations, so they survive a crash and reach standbys'
+);
+
+-- Membership.  Every object the script creates is a member of the
+-- extension (pg_depend deptype 'e') and lives in its schema, and nothing
+-- else is a member.
+SELECT set_eq(
+    $$SELECT i.schema = pg_catalog.quote_ident(current_schema()), pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
+        FROM pg_catalog.pg_depend d
+        CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid) i
+       WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
+         AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
+         AND d.deptype = 'e'$$,
+    $$VALUES (true, 'table dlock_lease'), (true, 'sequence dlock_token_seq'), (true, 'view dlock_leases'),
+             (true, 'function dlock_acquire(text,interval,interval,text)'),
+             (true, 'function dlock_renew(text,bigint,interval)'),
+             (true, 'function dlock_release(text,bigint)'),
+             (true, 'function dlock_break(text)')$$,
+    'the members of extension dlock are exactly its table, sequence, view and four functions, all in the extension''s schema'
+);
+-- Objects that are not members themselves (the primary key index, the row
+-- types) must still belong to a member, so DROP EXTENSION removes them: no
+-- dlock_* relation, function or type in the schema may be outside the
+-- closure of the members under internal and auto dependencies.
+SELECT is_empty(
+    $$WITH RECURSIVE owned(classid, objid) AS (
+          SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
+           WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
+             AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
+             AND d.deptype = 'e'
+          UNION
+          SELECT d.classid, d.objid FROM pg_catalog.pg_depend d
+            JOIN owned o ON d.refclassid = o.classid AND d.refobjid = o.objid
+           WHERE d.deptype IN ('a', 'i')
+      ), in_schema(classid, objid, descr) AS (
+          SELECT 'pg_catalog.pg_class'::regclass, c.oid, pg_catalog.pg_describe_object('pg_catalog.pg_class'::regclass, c.oid, 0)
+            FROM pg_catalog.pg_class c
+           WHERE c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema())) AND c.relname LIKE 'dlock%'
+          UNION ALL
+          SELECT 'pg_catalog.pg_proc'::regclass, p.oid, pg_catalog.pg_describe_object('pg_catalog.pg_proc'::regclass, p.oid, 0)
+            FROM pg_catalog.pg_proc p
+           WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema())) AND p.proname LIKE 'dlock%'
+          UNION ALL
+          SELECT 'pg_catalog.pg_type'::regclass, t.oid, pg_catalog.pg_describe_object('pg_catalog.pg_type'::regclass, t.oid, 0)
+            FROM pg_catalog.pg_type t
+           WHERE t.typnamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema())) AND t.typname LIKE '%dlock%'
+      )
+      SELECT s.descr FROM in_schema s
+       WHERE NOT EXISTS (SELECT FROM owned o WHERE o.classid = s.classid AND o.objid = s.objid)$$,
+    'every dlock relation, function and type in the schema is a member of the extension or belongs to one'
+);
+
+-- Installation properties.
+SELECT has_extension(:'dlock_schema', 'dlock', 'extension dlock is installed in its schema');
+SELECT is(
+    (SELECT e.extrelocatable FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock'),
+    false,
+    'extension dlock is not relocatable'
+);
+SELECT set_eq(
+    $$SELECT c.relname::text COLLATE "default", c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema())), u.cond COLLATE "default"
+        FROM pg_catalog.pg_extension e
+        CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(e.extconfig), pg_catalog.unnest(e.extcondition)) u(reloid, cond)
+        JOIN pg_catalog.pg_class c ON c.oid = u.reloid
+       WHERE e.extname = 'dlock'$$,
+    $$VALUES ('dlock_lease', true, ''), ('dlock_token_seq', true, '')$$,
+    'dlock_lease and dlock_token_seq, and nothing else, are registered with pg_extension_config_dump, with no filter (pg_dump carries every lease and the token state)'
+);
+SELECT is(
+    (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock'),
+    '1.0',
+    'the installed version is 1.0 (this file describes 1.0)'
+);
+
+SELECT * FROM finish();
+ROLLBACK;

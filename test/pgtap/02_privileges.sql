@@ -1,0 +1,203 @@
+-- test/pgtap/02_privileges.sql: what PUBLIC, and so any ordinary role, may
+-- do with dlock's objects.
+--
+-- First the grants as the catalogs record them (PUBLIC: EXECUTE on acquire,
+-- renew and release, SELECT on dlock_leases, nothing else on any member of
+-- the extension), then the same rules exercised by an ordinary role created
+-- here: it cannot touch the lease table or the token sequence (so it cannot
+-- make tokens repeat), cannot write through the view, cannot break leases,
+-- and can use the lease functions and read dlock_leases.
+
+\set ON_ERROR_STOP 1
+SET client_min_messages = warning;
+
+BEGIN;
+
+SELECT n.nspname AS dlock_schema
+  FROM pg_catalog.pg_extension e
+  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'dlock' \gset
+SELECT n.nspname AS pgtap_schema
+  FROM pg_catalog.pg_extension e
+  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
+ WHERE e.extname = 'pgtap' \gset
+SET LOCAL search_path = :"dlock_schema", :"pgtap_schema";
+
+SELECT plan(29);
+
+-- Grants to PUBLIC, object by object.
+SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_acquire');
+SELECT function_privs_are(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint', 'interval'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_renew');
+SELECT function_privs_are(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_release');
+SELECT function_privs_are(:'dlock_schema', 'dlock_break', ARRAY['text'],
+    'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_break');
+SELECT table_privs_are(:'dlock_schema', 'dlock_leases', 'public', ARRAY['SELECT'],
+    'PUBLIC may SELECT from dlock_leases, and nothing else');
+SELECT table_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
+    'PUBLIC has no privilege on table dlock_lease');
+SELECT any_column_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
+    'PUBLIC has no privilege on any column of dlock_lease');
+SELECT sequence_privs_are(:'dlock_schema', 'dlock_token_seq', 'public', ARRAY[]::name[],
+    'PUBLIC has no privilege on sequence dlock_token_seq');
+
+-- The same, for every member of the extension (so a member added later
+-- without deciding its grants fails here).  Functions with a NULL ACL are
+-- executable by PUBLIC by default; has_function_privilege accounts for it.
+SELECT set_eq(
+    $$SELECT p.proname::text COLLATE "default"
+        FROM pg_catalog.pg_depend d
+        JOIN pg_catalog.pg_proc p ON d.classid = 'pg_catalog.pg_proc'::regclass AND p.oid = d.objid
+       WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
+         AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
+         AND d.deptype = 'e'
+         AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')$$,
+    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release'],
+    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew and dlock_release'
+);
+SELECT set_eq(
+    $$SELECT c.relname::text COLLATE "default", NULL::text, a.privilege_type::text COLLATE "default"
+        FROM pg_catalog.pg_depend d
+        JOIN pg_catalog.pg_class c ON d.classid = 'pg_catalog.pg_class'::regclass AND c.oid = d.objid
+        CROSS JOIN LATERAL pg_catalog.aclexplode(COALESCE(c.relacl,
+            pg_catalog.acldefault(CASE WHEN c.relkind = 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
+       WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
+         AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
+         AND d.deptype = 'e'
+         AND a.grantee = 0
+      UNION ALL
+      SELECT c.relname::text COLLATE "default", att.attname::text COLLATE "default", a.privilege_type::text COLLATE "default"
+        FROM pg_catalog.pg_depend d
+        JOIN pg_catalog.pg_class c ON d.classid = 'pg_catalog.pg_class'::regclass AND c.oid = d.objid
+        JOIN pg_catalog.pg_attribute att ON att.attrelid = c.oid AND att.attacl IS NOT NULL
+        CROSS JOIN LATERAL pg_catalog.aclexplode(att.attacl) a
+       WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
+         AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
+         AND d.deptype = 'e'
+         AND a.grantee = 0$$,
+    $$VALUES ('dlock_leases', NULL::text, 'SELECT')$$,
+    'of the extension''s relations and their columns, PUBLIC holds exactly SELECT on dlock_leases'
+);
+
+-- An ordinary role.  It gets USAGE on the schema, as any role that uses
+-- dlock needs, so that every denial below is about the object itself.
+CREATE ROLE dlock_tap_plain;
+GRANT USAGE ON SCHEMA :"dlock_schema" TO dlock_tap_plain;
+CREATE TEMP TABLE tap_token (who text PRIMARY KEY, token bigint);
+GRANT ALL ON tap_token TO PUBLIC;
+
+SET ROLE dlock_tap_plain;
+
+-- The lease table: no statement of any kind.
+SELECT throws_ok(
+    $$INSERT INTO dlock_lease VALUES ('tap:priv:forged', 1, 'me', current_user::regrole, pg_catalog.now(), pg_catalog.now(), pg_catalog.now() + '1 hour', false)$$,
+    '42501', 'permission denied for table dlock_lease',
+    'an ordinary role cannot INSERT into dlock_lease'
+);
+SELECT throws_ok(
+    $$UPDATE dlock_lease SET token = 1$$,
+    '42501', 'permission denied for table dlock_lease',
+    'an ordinary role cannot UPDATE dlock_lease'
+);
+SELECT throws_ok(
+    $$DELETE FROM dlock_lease$$,
+    '42501', 'permission denied for table dlock_lease',
+    'an ordinary role cannot DELETE from dlock_lease'
+);
+SELECT throws_ok(
+    $$TRUNCATE dlock_lease$$,
+    '42501', 'permission denied for table dlock_lease',
+    'an ordinary role cannot TRUNCATE dlock_lease'
+);
+SELECT throws_ok(
+    $$SELECT * FROM dlock_lease$$,
+    '42501', 'permission denied for table dlock_lease',
+    'an ordinary role cannot SELECT from dlock_lease (it reads dlock_leases)'
+);
+
+-- The token sequence: no nextval, setval or ALTER, so tokens cannot be
+-- consumed, rewound or made to repeat.
+SELECT throws_ok(
+    $$SELECT pg_catalog.nextval('dlock_token_seq')$$,
+    '42501', 'permission denied for sequence dlock_token_seq',
+    'an ordinary role cannot call nextval on dlock_token_seq'
+);
+SELECT throws_ok(
+    $$SELECT pg_catalog.setval('dlock_token_seq', 1)$$,
+    '42501', 'permission denied for sequence dlock_token_seq',
+    'an ordinary role cannot setval dlock_token_seq'
+);
+SELECT throws_ok(
+    $$ALTER SEQUENCE dlock_token_seq RESTART WITH 1$$,
+    '42501', 'must be owner of sequence dlock_token_seq',
+    'an ordinary role cannot ALTER SEQUENCE dlock_token_seq (not the owner)'
+);
+
+-- The view is automatically updatable; PUBLIC's SELECT must not turn into
+-- a way to write leases through it.
+SELECT throws_ok(
+    $$INSERT INTO dlock_leases (lock_name, token, owner, acquired_at, renewed_at, expires_at, released)
+      VALUES ('tap:priv:forged', 1, 'me', pg_catalog.now(), pg_catalog.now(), pg_catalog.now() + '1 hour', false)$$,
+    '42501', 'permission denied for view dlock_leases',
+    'an ordinary role cannot INSERT through dlock_leases'
+);
+SELECT throws_ok(
+    $$UPDATE dlock_leases SET token = 1$$,
+    '42501', 'permission denied for view dlock_leases',
+    'an ordinary role cannot UPDATE through dlock_leases'
+);
+SELECT throws_ok(
+    $$DELETE FROM dlock_leases$$,
+    '42501', 'permission denied for view dlock_leases',
+    'an ordinary role cannot DELETE through dlock_leases'
+);
+
+-- dlock_break is for operators.
+SELECT throws_ok(
+    $$SELECT dlock_break('tap:priv:plain')$$,
+    '42501', 'permission denied for function dlock_break',
+    'an ordinary role cannot call dlock_break'
+);
+
+-- What it can do: take, renew and release a lease, and read it.
+SELECT lives_ok(
+    $$INSERT INTO tap_token SELECT 'plain', dlock_acquire('tap:priv:plain', '1 hour')$$,
+    'an ordinary role can call dlock_acquire'
+);
+SELECT isnt((SELECT t.token FROM tap_token t WHERE t.who = 'plain'), NULL,
+    'an ordinary role is granted a free lease (a token, not NULL)');
+SELECT is(
+    dlock_renew('tap:priv:plain', (SELECT t.token FROM tap_token t WHERE t.who = 'plain'), '2 hours'),
+    true,
+    'an ordinary role can renew its lease'
+);
+SELECT results_eq(
+    $$SELECT l.token, l.holder_role::text COLLATE "default", l.released, l.live
+        FROM dlock_leases l WHERE l.lock_name = 'tap:priv:plain'$$,
+    $$SELECT t.token, 'dlock_tap_plain'::text, false, true FROM tap_token t WHERE t.who = 'plain'$$,
+    'an ordinary role can read dlock_leases: its live lease, with its token and its role as holder'
+);
+SELECT is(
+    dlock_release('tap:priv:plain', (SELECT t.token FROM tap_token t WHERE t.who = 'plain')),
+    true,
+    'an ordinary role can release its lease'
+);
+SELECT results_eq(
+    $$SELECT l.token, l.released, l.live FROM dlock_leases l WHERE l.lock_name = 'tap:priv:plain'$$,
+    $$SELECT t.token, true, false FROM tap_token t WHERE t.who = 'plain'$$,
+    'after the release, dlock_leases shows the lease released, not live, with its last token'
+);
+
+RESET ROLE;
+
+-- The denials above changed nothing: the only lease row is the role's own.
+SELECT results_eq(
+    $$SELECT l.lock_name COLLATE "default" FROM dlock_lease l WHERE l.lock_name LIKE 'tap:priv:%'$$,
+    ARRAY['tap:priv:plain'],
+    'no lease was forged by the denied statements'
+);
+
+SELECT * FROM finish();
+ROLLBACK;
