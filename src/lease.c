@@ -29,6 +29,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "access/xlog.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -61,7 +62,8 @@ check_writable(const char *funcname)
 				 errdetail("This server is a standby; %s() changes the lease table.",
 						   funcname),
 				 errhint("Connect to the primary server.")));
-	PreventCommandIfReadOnly(psprintf("%s()", funcname));
+	if (XactReadOnly)
+		PreventCommandIfReadOnly(psprintf("%s()", funcname));
 }
 
 /*

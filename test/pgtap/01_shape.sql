@@ -6,22 +6,7 @@
 -- are members of the extension; relocatability and the dump configuration.
 -- Nothing here calls a dlock function.
 
-\set ON_ERROR_STOP 1
-SET client_min_messages = warning;
-
-BEGIN;
-
--- The extension's schema (wherever it was created) and pgTAP's.  Unqualified
--- names below resolve there, and object descriptions print unqualified.
-SELECT n.nspname AS dlock_schema
-  FROM pg_catalog.pg_extension e
-  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
- WHERE e.extname = 'dlock' \gset
-SELECT n.nspname AS pgtap_schema
-  FROM pg_catalog.pg_extension e
-  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
- WHERE e.extname = 'pgtap' \gset
-SET LOCAL search_path = :"dlock_schema", :"pgtap_schema";
+\ir preamble.psql
 
 SELECT plan(41);
 

@@ -12,20 +12,7 @@
 -- session user runs the file and is a superuser.  Every lease is taken
 -- with a 1 hour ttl, so nothing here depends on timing.
 
-\set ON_ERROR_STOP 1
-SET client_min_messages = warning;
-
-BEGIN;
-
-SELECT n.nspname AS dlock_schema
-  FROM pg_catalog.pg_extension e
-  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
- WHERE e.extname = 'dlock' \gset
-SELECT n.nspname AS pgtap_schema
-  FROM pg_catalog.pg_extension e
-  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
- WHERE e.extname = 'pgtap' \gset
-SET LOCAL search_path = :"dlock_schema", :"pgtap_schema";
+\ir preamble.psql
 
 SELECT plan(40);
 

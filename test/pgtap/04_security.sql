@@ -8,21 +8,8 @@
 -- not relocatable, and a non-superuser who may create trusted extensions
 -- really cannot create it.
 
-\set ON_ERROR_STOP 1
-SET client_min_messages = warning;
-
-BEGIN;
-
-SELECT n.nspname AS dlock_schema, pg_catalog.pg_get_userbyid(e.extowner) AS dlock_owner
-  FROM pg_catalog.pg_extension e
-  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
- WHERE e.extname = 'dlock' \gset
-SELECT n.nspname AS pgtap_schema
-  FROM pg_catalog.pg_extension e
-  JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace
- WHERE e.extname = 'pgtap' \gset
+\ir preamble.psql
 SELECT pg_catalog.current_database() AS dbname \gset
-SET LOCAL search_path = :"dlock_schema", :"pgtap_schema";
 
 SELECT plan(17);
 
