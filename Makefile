@@ -10,7 +10,7 @@
 
 EXTENSION = dlock
 MODULE_big = dlock
-OBJS = src/dlock.o src/lease.o src/store.o src/wait.o
+OBJS = src/dlock.o src/lease.o src/store.o src/fence.o src/wait.o
 DATA = dlock--1.0.sql
 PGFILEDESC = "dlock - fenced leases for PostgreSQL"
 

@@ -123,3 +123,13 @@ GRANT EXECUTE ON FUNCTION @extschema@.dlock_acquire(pg_catalog.text, pg_catalog.
 GRANT EXECUTE ON FUNCTION @extschema@.dlock_renew(pg_catalog.text, pg_catalog.int8, pg_catalog.interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.dlock_release(pg_catalog.text, pg_catalog.int8) TO PUBLIC;
 REVOKE EXECUTE ON FUNCTION @extschema@.dlock_break(pg_catalog.text) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.dlock_fence()
+RETURNS trigger
+AS 'MODULE_PATHNAME', 'dlock_fence'
+LANGUAGE C;
+
+COMMENT ON FUNCTION @extschema@.dlock_fence() IS
+    'dlock: BEFORE INSERT OR UPDATE row trigger rejecting writes whose fencing token is not current; arguments: lock name template, token column [, latest | live]';
+
+GRANT EXECUTE ON FUNCTION @extschema@.dlock_fence() TO PUBLIC;

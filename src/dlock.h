@@ -5,7 +5,8 @@
  *
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
  * argument checks), store.c (all access to the lease table and the token
- * sequence), wait.c (sleeping between acquire attempts).
+ * sequence), fence.c (the dlock_fence trigger), wait.c (sleeping between
+ * acquire attempts).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -21,6 +22,9 @@
 
 #include "datatype/timestamp.h"
 #include "utils/timestamp.h"
+
+/* The SQLSTATE of every fencing rejection: class 55, dlock subclass T01. */
+#define ERRCODE_DLOCK_STALE_TOKEN	MAKE_SQLSTATE('5','5','T','0','1')
 
 /* Input limits (CONTRACT §5); the README documents them. */
 #define DLOCK_MAX_NAME_BYTES	512
@@ -49,6 +53,18 @@ extern DlockStoreOutcome DlockStoreRelease(Oid fn_oid, text *lock_name,
 										   int64 token, TimestampTz now,
 										   Oid *holder);
 extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now);
+
+/* The lease behind a fenced write, as the fence trigger sees it. */
+typedef struct DlockFenceLease
+{
+	bool		found;			/* false: the name has no row */
+	int64		token;
+	bool		released;
+	TimestampTz expires_at;
+} DlockFenceLease;
+
+extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
+								  DlockFenceLease *lease);
 
 /* wait.c: sleeping between attempts */
 typedef struct DlockBackoff

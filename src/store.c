@@ -46,6 +46,14 @@
  *   theirs), and take FOR NO KEY UPDATE, which does not conflict with the
  *   FOR KEY SHARE lock a fenced writer holds.
  *
+ * - The fence trigger reads the lease of a name with a fresh snapshot and
+ *   no row lock ('latest' mode), or locks it FOR KEY SHARE ('live' mode),
+ *   waiting for an uncommitted acquire, takeover or break of that row (the
+ *   FOR UPDATE of a takeover conflicts) and then reading the newest
+ *   version.  The lock is held until the writer's transaction ends, so no
+ *   acquirer can take the lease over before then; renew and release still
+ *   can run.  fence.c's header gives the ordering argument.
+ *
  * - Tokens come from nextval() on the sequence, taken only when a lease is
  *   granted, so they are unique and increasing across all names; a rolled
  *   back grant simply skips its number.
@@ -97,6 +105,8 @@ typedef enum DlockStmt
 	STMT_RELEASE,
 	STMT_HOLDER,				/* who holds the row (for the role check) */
 	STMT_BREAK,
+	STMT_FENCE,					/* the lease behind a fenced write */
+	STMT_FENCE_LIVE,			/* same, locking the row FOR KEY SHARE */
 	NUM_STMTS
 } DlockStmt;
 
@@ -175,6 +185,19 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $2"
 		" RETURNING l.token",
 		2, {TEXTOID, TIMESTAMPTZOID}
+	},
+	/* STMT_FENCE */
+	{
+		"SELECT l.token, l.released, l.expires_at FROM %1$s.dlock_lease l"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID}
+	},
+	/* STMT_FENCE_LIVE */
+	{
+		"SELECT l.token, l.released, l.expires_at FROM %1$s.dlock_lease l"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
+		" FOR KEY SHARE",
+		1, {TEXTOID}
 	},
 };
 
@@ -565,4 +588,33 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 	broken = (store_exec(STMT_BREAK, values, SPI_OK_UPDATE_RETURNING) == 1);
 	store_end(&session);
 	return broken;
+}
+
+/*
+ * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
+ * into *lease (lease->found is false when the name has no row).  With
+ * lock_row it also locks the row FOR KEY SHARE until the transaction ends,
+ * waiting for a concurrent transaction that holds a conflicting lock on it.
+ */
+void
+DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
+					  DlockFenceLease *lease)
+{
+	DlockStoreSession session;
+	Datum		values[1];
+
+	values[0] = PointerGetDatum(lock_name);
+
+	store_begin(fn_oid, &session);
+	lease->found = (store_exec(lock_row ? STMT_FENCE_LIVE : STMT_FENCE, values,
+							   SPI_OK_SELECT) == 1);
+	if (lease->found)
+	{
+		bool		isnull;
+
+		lease->token = DatumGetInt64(store_result_datum(1, &isnull));
+		lease->released = DatumGetBool(store_result_datum(2, &isnull));
+		lease->expires_at = DatumGetTimestampTz(store_result_datum(3, &isnull));
+	}
+	store_end(&session);
 }
