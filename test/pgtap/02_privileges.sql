@@ -10,7 +10,7 @@
 
 \ir preamble.psql
 
-SELECT plan(29);
+SELECT plan(33);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -21,6 +21,8 @@ SELECT function_privs_are(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigin
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_release');
 SELECT function_privs_are(:'dlock_schema', 'dlock_break', ARRAY['text'],
     'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_break');
+SELECT function_privs_are(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_fence (so any table owner can protect a table)');
 SELECT table_privs_are(:'dlock_schema', 'dlock_leases', 'public', ARRAY['SELECT'],
     'PUBLIC may SELECT from dlock_leases, and nothing else');
 SELECT table_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
@@ -41,8 +43,8 @@ SELECT set_eq(
          AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
          AND d.deptype = 'e'
          AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')$$,
-    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release'],
-    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew and dlock_release'
+    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_fence'],
+    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release and the trigger function dlock_fence'
 );
 SELECT set_eq(
     $$SELECT c.relname::text COLLATE "default", NULL::text, a.privilege_type::text COLLATE "default"
@@ -176,13 +178,31 @@ SELECT results_eq(
     $$SELECT t.token, true, false FROM tap_token t WHERE t.who = 'plain'$$,
     'after the release, dlock_leases shows the lease released, not live, with its last token'
 );
+-- It can protect a table of its own with dlock_fence, and the trigger then
+-- reads the lease table for it (the role itself still cannot).
+CREATE TEMP TABLE tap_fenced (id int PRIMARY KEY, fence_token bigint);
+SELECT lives_ok(
+    $$CREATE TRIGGER tap_fence BEFORE INSERT OR UPDATE ON tap_fenced
+      FOR EACH ROW EXECUTE FUNCTION dlock_fence('tap:priv:fenced', 'fence_token')$$,
+    'an ordinary role can create a dlock_fence trigger on its own table'
+);
+INSERT INTO tap_token SELECT 'fenced', dlock_acquire('tap:priv:fenced', '1 hour');
+SELECT lives_ok(
+    $$INSERT INTO tap_fenced SELECT 1, t.token FROM tap_token t WHERE t.who = 'fenced'$$,
+    'the trigger accepts the role''s write with its current token'
+);
+SELECT throws_ok(
+    $$INSERT INTO tap_fenced SELECT 2, t.token - 1 FROM tap_token t WHERE t.who = 'fenced'$$,
+    '55T01', NULL,
+    'the trigger rejects the role''s write with another token'
+);
 
 RESET ROLE;
 
--- The denials above changed nothing: the only lease row is the role's own.
+-- The denials above changed nothing: the only lease rows are the role's own.
 SELECT results_eq(
-    $$SELECT l.lock_name COLLATE "default" FROM dlock_lease l WHERE l.lock_name LIKE 'tap:priv:%'$$,
-    ARRAY['tap:priv:plain'],
+    $$SELECT l.lock_name COLLATE "default" FROM dlock_lease l WHERE l.lock_name LIKE 'tap:priv:%' ORDER BY 1$$,
+    ARRAY['tap:priv:fenced', 'tap:priv:plain'],
     'no lease was forged by the denied statements'
 );
 
