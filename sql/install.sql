@@ -35,11 +35,20 @@ SELECT 'a'::text = 'b'::text AS evil_operator_active;
 SELECT dlock_acquire('install:b', '1 min') AS token;
 SELECT dlock_acquire('install:b', '1 min') IS NULL AS held;
 SELECT dlock_renew('install:a', 1, '1 min') AS released_lease_not_renewed;
+-- the fence trigger's lookup is not redirected either: install:8 has no
+-- lease, whatever an unqualified = would match
+CREATE TABLE public.fenced (id int PRIMARY KEY, fence_token bigint);
+CREATE TRIGGER fenced_fence BEFORE INSERT OR UPDATE ON public.fenced
+  FOR EACH ROW EXECUTE FUNCTION "Lease Schema".dlock_fence('install:{id}', 'fence_token');
+SELECT dlock_acquire('install:7', '1 min') AS t7 \gset
+INSERT INTO public.fenced VALUES (7, :t7);
+INSERT INTO public.fenced VALUES (8, :t7);
 SELECT count(*) AS untouched FROM evil.dlock_lease;
 RESET search_path;
 DROP SCHEMA evil CASCADE;
 
--- DROP EXTENSION removes everything it created
+-- DROP EXTENSION removes everything it created (the trigger depends on it)
+DROP TABLE public.fenced;
 DROP EXTENSION dlock;
 SELECT count(*) AS leftovers FROM pg_class
  WHERE relnamespace = '"Lease Schema"'::regnamespace;

@@ -367,18 +367,6 @@ dlock_fence(PG_FUNCTION_ARGS)
 							  text_to_cstring(lock_name), config->token_attname));
 	token = DatumGetInt64(d);
 
-	/* The row's own history never goes backwards, whatever the leases say. */
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
-	{
-		Datum		oldd = heap_getattr(trigdata->tg_trigtuple,
-										config->token_attnum, tupdesc, &isnull);
-
-		if (!isnull && token < DatumGetInt64(oldd))
-			fence_reject(rel, lock_name,
-						 psprintf("Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
-								  text_to_cstring(lock_name), token, DatumGetInt64(oldd)));
-	}
-
 	DlockStoreFenceLookup(fcinfo->flinfo->fn_oid, lock_name, config->live,
 						  &lease);
 	if (!lease.found)
@@ -401,6 +389,21 @@ dlock_fence(PG_FUNCTION_ARGS)
 		fence_reject(rel, lock_name,
 					 psprintf("Lock \"%s\": token " INT64_FORMAT " is current, but its lease expired at %s.",
 							  text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at)));
+
+	/*
+	 * The row's own history never goes backwards, whatever the leases say:
+	 * a row moved to another lock cannot take a lower token with it.
+	 */
+	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	{
+		Datum		oldd = heap_getattr(trigdata->tg_trigtuple,
+										config->token_attnum, tupdesc, &isnull);
+
+		if (!isnull && token < DatumGetInt64(oldd))
+			fence_reject(rel, lock_name,
+						 psprintf("Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
+								  text_to_cstring(lock_name), token, DatumGetInt64(oldd)));
+	}
 
 	return PointerGetDatum(newtuple);
 }

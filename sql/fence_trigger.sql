@@ -1,0 +1,288 @@
+--
+-- fence_trigger: dlock_fence accepts a write only with the current token of
+-- its lock.  Every acceptance and rejection, the modes, templates,
+-- partitioned tables, and every misuse error, each with its SQLSTATE.
+--
+CREATE EXTENSION dlock;
+\set SHOW_CONTEXT never
+
+CREATE TABLE accounts (id int PRIMARY KEY, balance int, fence_token bigint);
+CREATE TRIGGER accounts_fence BEFORE INSERT OR UPDATE ON accounts
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token');
+
+-- tokens, in the order issued: 1 account:5 (used at the end), 2 account:1,
+-- 3 account:9
+SELECT dlock_acquire('account:5', '1 min') AS t5 \gset
+SELECT dlock_acquire('account:1', '1 min') AS t1 \gset
+SELECT dlock_acquire('account:9', '1 min') AS t9 \gset
+
+-- the holder writes with its token: accepted, on INSERT and on UPDATE
+INSERT INTO accounts VALUES (1, 100, :t1);
+UPDATE accounts SET balance = 90, fence_token = :t1 WHERE id = 1;
+SELECT * FROM accounts;
+
+-- a NULL token is rejected
+INSERT INTO accounts VALUES (2, 100, NULL);
+\echo :LAST_ERROR_SQLSTATE
+-- a lock that was never acquired: rejected, whatever the token
+INSERT INTO accounts VALUES (2, 100, :t1);
+\echo :LAST_ERROR_SQLSTATE
+-- a token of another lock: rejected
+UPDATE accounts SET balance = 80, fence_token = :t9 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE accounts SET balance = 80, fence_token = :t5 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- a token never issued: rejected
+UPDATE accounts SET balance = 80, fence_token = 1000 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+
+-- the pause scenario: A (token 2) loses the lease, B takes over (token 4)
+SELECT dlock_break('account:1');
+SELECT dlock_acquire('account:1', '1 min') AS t1b \gset
+UPDATE accounts SET balance = 50, fence_token = :t1b WHERE id = 1;
+-- A comes back with its old token: rejected, the row keeps B's write
+UPDATE accounts SET balance = 0, fence_token = :t1 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- an UPDATE that does not set the token carries the row's token along; it
+-- is current here, so it is accepted
+UPDATE accounts SET balance = balance + 1 WHERE id = 1;
+SELECT * FROM accounts;
+
+-- on UPDATE, a token lower than the row's own is rejected even when the
+-- lease table would accept it: moving row 1 (token 4) to account:5, whose
+-- current token is 1
+UPDATE accounts SET id = 5, fence_token = :t5 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- moving it with a greater token of account:5 is fine
+SELECT dlock_break('account:5');
+SELECT dlock_acquire('account:5', '1 min') AS t5b \gset
+UPDATE accounts SET id = 5, fence_token = :t5b WHERE id = 1;
+SELECT * FROM accounts;
+
+-- rejected rows are not written: several rows in one statement, one stale
+SELECT dlock_acquire('account:6', '1 min') AS t6 \gset
+INSERT INTO accounts VALUES (6, 1, :t6), (7, 1, :t6);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS rows_6_or_7 FROM accounts WHERE id IN (6, 7);
+
+-- INSERT ... ON CONFLICT DO UPDATE and COPY are fenced too
+INSERT INTO accounts VALUES (6, 1, :t6);
+INSERT INTO accounts VALUES (6, 2, :t6) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, fence_token = excluded.fence_token;
+INSERT INTO accounts VALUES (6, 3, :t1) ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, fence_token = excluded.fence_token;
+\echo :LAST_ERROR_SQLSTATE
+COPY accounts FROM stdin;
+8	1	7
+\.
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM accounts ORDER BY id;
+
+--
+-- latest vs live: a lease that merely ended, with nobody after it
+--
+CREATE TABLE ledger (id int PRIMARY KEY, amount int, fence_token bigint);
+CREATE TRIGGER ledger_fence BEFORE INSERT OR UPDATE ON ledger
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('ledger:{id}', 'fence_token', 'live');
+-- (and 'latest' spelled out is the default)
+CREATE TABLE journal (id int PRIMARY KEY, amount int, fence_token bigint);
+CREATE TRIGGER journal_fence BEFORE INSERT OR UPDATE ON journal
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('ledger:{id}', 'fence_token', 'latest');
+
+-- live lease: both modes accept
+SELECT dlock_acquire('ledger:1', '1 min') AS l1 \gset
+INSERT INTO ledger VALUES (1, 10, :l1);
+INSERT INTO journal VALUES (1, 10, :l1);
+-- released: latest accepts (no newer token exists), live rejects (terse:
+-- the detail shows the release time)
+SELECT dlock_release('ledger:1', :l1);
+UPDATE journal SET amount = 11 WHERE id = 1;
+\set VERBOSITY terse
+UPDATE ledger SET amount = 11 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_acquire('ledger:2', '20 ms') AS l2 \gset
+-- expired: latest accepts, live rejects
+INSERT INTO ledger VALUES (2, 20, :l2);
+SELECT pg_sleep(0.1);
+INSERT INTO journal VALUES (2, 20, :l2);
+UPDATE ledger SET amount = 21 WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+-- live mode rejects stale and foreign tokens like latest does
+SELECT dlock_acquire('ledger:1', '1 min') AS l1b \gset
+UPDATE ledger SET amount = 12, fence_token = :l1 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE ledger SET amount = 12, fence_token = :l1b WHERE id = 1;
+SELECT * FROM ledger ORDER BY id;
+SELECT * FROM journal ORDER BY id;
+-- in live mode the write locks the lease row FOR KEY SHARE until the
+-- transaction ends (takeover is blocked meanwhile; specs/race-fence-*.spec
+-- show the interleavings); latest mode locks nothing
+CREATE EXTENSION pgrowlocks;
+BEGIN;
+UPDATE journal SET amount = 13, fence_token = :l1b WHERE id = 1;
+SELECT count(*) AS locked_by_latest FROM pgrowlocks('dlock_lease');
+UPDATE ledger SET amount = 13 WHERE id = 1;
+SELECT l.lock_name, r.modes FROM pgrowlocks('dlock_lease') r
+  JOIN dlock_lease l ON l.ctid = r.locked_row;
+COMMIT;
+SELECT count(*) AS locked_after_commit FROM pgrowlocks('dlock_lease');
+DROP EXTENSION pgrowlocks;
+
+--
+-- templates
+--
+CREATE TABLE tenant_accounts (tenant text, id bigint, note text, fence_token bigint,
+                              PRIMARY KEY (tenant, id));
+CREATE TRIGGER tenant_fence BEFORE INSERT OR UPDATE ON tenant_accounts
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('{tenant}/acct:{id} {{v{{2}}}}', 'fence_token');
+-- several columns and literal braces: the lock name is "acme/acct:7 {v{2}}"
+SELECT dlock_acquire('acme/acct:7 {v{2}}', '1 min') AS ta \gset
+INSERT INTO tenant_accounts VALUES ('acme', 7, 'ok', :ta);
+-- the same token for another tenant's row: a different lock, rejected
+INSERT INTO tenant_accounts VALUES ('umbrella', 7, 'no', :ta);
+\echo :LAST_ERROR_SQLSTATE
+-- column text: any type's output, UTF-8 included
+SELECT dlock_acquire('счёт/acct:8 {v{2}}', '1 min') AS tb \gset
+INSERT INTO tenant_accounts VALUES ('счёт', 8, 'utf8', :tb);
+-- a NULL template column is misuse: 22004
+INSERT INTO tenant_accounts (tenant, id, note, fence_token) VALUES (NULL, 9, 'null tenant', :tb);
+\echo :LAST_ERROR_SQLSTATE
+SELECT tenant, id, note FROM tenant_accounts ORDER BY id;
+
+-- a template without {…} is one constant lock for the whole table
+CREATE TABLE singleton (k int PRIMARY KEY, v text, fence_token bigint);
+CREATE TRIGGER singleton_fence BEFORE INSERT OR UPDATE ON singleton
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('nightly-report', 'fence_token');
+SELECT dlock_acquire('nightly-report', '1 min') AS tn \gset
+INSERT INTO singleton VALUES (1, 'a', :tn), (2, 'b', :tn);
+SELECT count(*) AS singleton_rows FROM singleton;
+
+-- a domain over bigint is a bigint token column
+CREATE DOMAIN fence_t AS bigint CHECK (VALUE > 0);
+CREATE TABLE domained (id int PRIMARY KEY, fence_token fence_t);
+CREATE TRIGGER domained_fence BEFORE INSERT OR UPDATE ON domained
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token');
+INSERT INTO domained VALUES (6, :t6);
+
+--
+-- partitioned tables: the trigger is cloned to every partition, and each
+-- partition's own column order is used
+--
+CREATE TABLE orders (region text, id int, qty int, fence_token bigint) PARTITION BY LIST (region);
+CREATE TABLE orders_eu PARTITION OF orders FOR VALUES IN ('eu');
+-- a partition whose columns are in another order
+CREATE TABLE orders_us (fence_token bigint, qty int, id int, region text);
+ALTER TABLE orders ATTACH PARTITION orders_us FOR VALUES IN ('us');
+CREATE TRIGGER orders_fence BEFORE INSERT OR UPDATE ON orders
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('order:{region}:{id}', 'fence_token');
+SELECT tgrelid::regclass AS partition_trigger FROM pg_trigger WHERE tgname = 'orders_fence' ORDER BY 1;
+SELECT dlock_acquire('order:eu:1', '1 min') AS oe \gset
+SELECT dlock_acquire('order:us:1', '1 min') AS ou \gset
+INSERT INTO orders VALUES ('eu', 1, 5, :oe), ('us', 1, 5, :ou);
+INSERT INTO orders VALUES ('us', 1, 6, :oe);
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO orders_us (region, id, qty, fence_token) VALUES ('us', 2, 1, :ou);
+\echo :LAST_ERROR_SQLSTATE
+UPDATE orders SET qty = 7, fence_token = :ou WHERE region = 'us' AND id = 1;
+-- moving a row to another partition needs the token of its new lock
+UPDATE orders SET region = 'us', fence_token = :oe WHERE region = 'eu' AND id = 1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_acquire('order:us:3', '1 min') AS ou3 \gset
+UPDATE orders SET region = 'us', id = 3, fence_token = :ou3 WHERE region = 'eu' AND id = 1;
+SELECT tableoid::regclass AS part, region, id, qty FROM orders ORDER BY region, id;
+
+--
+-- replica mode skips the trigger, like any ordinary trigger
+--
+SET session_replication_role = replica;
+UPDATE accounts SET balance = -1, fence_token = :t1 WHERE id = 5;
+RESET session_replication_role;
+SELECT id, balance, fence_token FROM accounts WHERE id = 5;
+
+--
+-- misuse: every one fails on the first write, with its SQLSTATE
+--
+CREATE TABLE misuse (id int PRIMARY KEY, small_token int, fence_token bigint, note text);
+-- AFTER trigger: 39P01
+CREATE TRIGGER m AFTER INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- statement-level: 39P01
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH STATEMENT EXECUTE FUNCTION dlock_fence('m:{id}', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- DELETE: 39P01
+CREATE TRIGGER m BEFORE DELETE ON accounts FOR EACH ROW EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token');
+DELETE FROM accounts WHERE id = 6;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON accounts;
+-- wrong number of arguments: 39P01
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence();
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}', 'fence_token', 'live', 'extra');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- unknown mode: 22023
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}', 'fence_token', 'LIVE');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- missing token column: 22023
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}', 'token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- token column not bigint: 22023
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}', 'small_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- a system column is not a column the template can use: 22023
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{ctid}', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- template column missing, unclosed, empty, stray brace, empty template: 22023
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{nope}', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{}', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:id}', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence('', 'fence_token');
+INSERT INTO misuse VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- INSTEAD OF on a view: 39P01
+CREATE VIEW misuse_v AS SELECT * FROM misuse;
+CREATE TRIGGER m INSTEAD OF INSERT ON misuse_v FOR EACH ROW EXECUTE FUNCTION dlock_fence('m:{id}', 'fence_token');
+INSERT INTO misuse_v VALUES (1, 1, :t6, 'x');
+\echo :LAST_ERROR_SQLSTATE
+DROP VIEW misuse_v;
+-- called as a plain function: 39P01
+SELECT dlock_fence();
+\echo :LAST_ERROR_SQLSTATE
+-- nothing was written by any misuse
+SELECT count(*) AS misuse_rows FROM misuse;
+
+DROP TABLE accounts, ledger, journal, tenant_accounts, singleton, domained, orders, misuse;
+DROP DOMAIN fence_t;
+DROP EXTENSION dlock;
