@@ -360,15 +360,35 @@ store_end(DlockStoreSession *session)
  * store_exec runs statement id with the given arguments on a fresh snapshot
  * and returns the number of rows it produced (at most one).  The result, if
  * any, is in SPI_tuptable.
+ *
+ * The statement runs with READ COMMITTED rules whatever the caller's
+ * isolation level: a lease decision is about the latest committed state, so
+ * when a row it must update or lock was changed concurrently (say, a renew
+ * that waited for an uncommitted break, or a live-mode fence that waited
+ * for a takeover), the executor follows the row to its newest version and
+ * rechecks it, where under REPEATABLE READ it would raise 40001 instead.
+ * XactIsoLevel is switched only around the statement and restored on every
+ * exit; SSI's tracking of a SERIALIZABLE transaction is not affected (it
+ * does not depend on XactIsoLevel).
  */
 static uint64
 store_exec(DlockStmt id, Datum *values, int expected)
 {
-	int			rc;
+	int			rc = 0;
+	int			save_iso = XactIsoLevel;
 
-	rc = SPI_execute_snapshot(store_cache.plans[id], values, NULL,
-							  GetLatestSnapshot(), InvalidSnapshot,
-							  false, true, 1);
+	XactIsoLevel = XACT_READ_COMMITTED;
+	PG_TRY();
+	{
+		rc = SPI_execute_snapshot(store_cache.plans[id], values, NULL,
+								  GetLatestSnapshot(), InvalidSnapshot,
+								  false, true, 1);
+	}
+	PG_FINALLY();
+	{
+		XactIsoLevel = save_iso;
+	}
+	PG_END_TRY();
 	if (rc != expected)
 		elog(ERROR, "dlock statement %d returned %s", (int) id,
 			 SPI_result_code_string(rc));
