@@ -20,6 +20,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest;
 use List::Util qw(max);
 
 my $primary = PostgreSQL::Test::Cluster->new('dlock_primary');
@@ -78,14 +79,7 @@ sub standby_fails
 	my ($sql, $what) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
 
-	my ($stdout, $stderr);
-	$standby->psql(
-		'postgres', qq{\\set VERBOSITY verbose
-$sql;
-\\echo :ERROR :LAST_ERROR_SQLSTATE},
-		stdout => \$stdout,
-		stderr => \$stderr,
-		on_error_stop => 0);
+	my ($stdout, $stderr) = psql_error($standby, $sql);
 	is($stdout, 'true 25006', "standby: $what fails with SQLSTATE 25006");
 	like($stderr, qr/ERROR:  25006: leases cannot be changed during recovery/,
 		"standby: $what reports 25006 in the error");

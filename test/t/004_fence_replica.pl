@@ -34,6 +34,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest;
 
 my $pub = PostgreSQL::Test::Cluster->new('dlock_publisher');
 $pub->init(allows_streaming => 'logical');
@@ -59,14 +60,7 @@ sub rejected
 	my ($node, $sql, $rel, $what) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
 
-	my ($stdout, $stderr);
-	$node->psql(
-		'postgres', qq{\\set VERBOSITY verbose
-$sql;
-\\echo :ERROR :LAST_ERROR_SQLSTATE},
-		stdout => \$stdout,
-		stderr => \$stderr,
-		on_error_stop => 0);
+	my ($stdout, $stderr) = psql_error($node, $sql);
 	is($stdout, 'true 55T01', "$what: fails with SQLSTATE 55T01");
 	like(
 		$stderr,
