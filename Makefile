@@ -10,14 +10,15 @@
 
 EXTENSION = dlock
 MODULE_big = dlock
-OBJS = src/dlock.o src/lease.o src/store.o src/fence.o src/wait.o
+OBJS = src/dlock.o src/lease.o src/store.o src/fence.o src/wait.o src/shmem.o
 DATA = dlock--1.0.sql
 PGFILEDESC = "dlock - fenced leases for PostgreSQL"
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --encoding=UTF8 --no-locale --temp-instance=./tmp_check/regress_instance
 ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
-ISOLATION_OPTS = --encoding=UTF8 --no-locale --load-extension=dlock --temp-instance=./tmp_check/isolation_instance
+ISOLATION_OPTS = --encoding=UTF8 --no-locale --load-extension=dlock \
+	--temp-config=test/preload.conf --temp-instance=./tmp_check/isolation_instance
 
 # Warnings are errors.  All of -Wextra except unused parameters: callbacks
 # with signatures fixed by PostgreSQL (fmgr, cache invalidation) ignore some.

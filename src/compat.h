@@ -17,6 +17,8 @@
 
 #include "postgres.h"
 
+#include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/guc.h"
 #include "utils/wait_event.h"
 
@@ -33,5 +35,19 @@
  * generic "Extension" event is all an extension can report.
  */
 #define DLOCK_WAIT_EVENT PG_WAIT_EXTENSION
+
+/*
+ * shmem_request_hook arrived in 15; before it, shared memory is requested
+ * directly from _PG_init.
+ */
+#define DLOCK_HAVE_SHMEM_REQUEST_HOOK (PG_VERSION_NUM >= 150000)
+
+/* This backend's PGPROC number, and the latch of the PGPROC numbered n. */
+#if PG_VERSION_NUM >= 170000
+#define DlockMyProcNumber()		MyProcNumber
+#else
+#define DlockMyProcNumber()		(MyProc->pgprocno)
+#endif
+#define DlockProcLatch(n)		(&GetPGProcByNumber(n)->procLatch)
 
 #endif							/* DLOCK_COMPAT_H */

@@ -4,7 +4,7 @@
  *	  Module entry: PG_MODULE_MAGIC, _PG_init and the dlock.* settings.
  *
  * _PG_init only defines settings and delegates; lease logic lives in
- * lease.c, table access in store.c.
+ * lease.c, table access in store.c, shared memory in shmem.c.
  *
  * Concurrency: _PG_init runs once per backend (or in the postmaster when
  * preloaded) before any SQL can reach the module; it takes no locks.
@@ -32,7 +32,8 @@ void		_PG_init(void);
 
 /*
  * _PG_init defines the dlock.* settings and reserves the prefix, so that a
- * misspelt dlock.* setting is reported instead of silently ignored.
+ * misspelt dlock.* setting is reported instead of silently ignored, and,
+ * when preloaded, asks for the shared memory of event-driven waiting.
  */
 void
 _PG_init(void)
@@ -51,4 +52,6 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	DlockReserveGucPrefix("dlock");
+
+	DlockShmemInit();
 }

@@ -5,8 +5,8 @@
  *
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
  * argument checks), store.c (all access to the lease table and the token
- * sequence), fence.c (the dlock_fence trigger), wait.c (sleeping between
- * acquire attempts).
+ * sequence), fence.c (the dlock_fence trigger), wait.c (waiting for a
+ * lease: queues, wake-ups, polling), shmem.c (shared memory for waiting).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -20,7 +20,10 @@
 
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "datatype/timestamp.h"
+#include "port/atomics.h"
+#include "storage/lwlock.h"
 #include "utils/timestamp.h"
 
 /* The SQLSTATE of every fencing rejection: class 55, dlock subclass T01. */
@@ -29,6 +32,17 @@
 /* Input limits (CONTRACT §5); the README documents them. */
 #define DLOCK_MAX_NAME_BYTES	512
 #define DLOCK_MAX_OWNER_BYTES	1024
+
+/*
+ * DlockNameHash returns the 64-bit hash of a lock name that both the name
+ * lock (store.c) and the wait queues (wait.c) key on.
+ */
+static inline uint64
+DlockNameHash(text *lock_name)
+{
+	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(lock_name),
+							   VARSIZE_ANY_EXHDR(lock_name), 0);
+}
 
 /* dlock.c: settings */
 extern int	dlock_max_ttl;		/* dlock.max_ttl, in seconds */
@@ -45,7 +59,8 @@ typedef enum DlockStoreOutcome
 
 extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
 								 Oid holder, TimestampTz now,
-								 TimestampTz expires, int64 *token);
+								 TimestampTz expires, int64 *token,
+								 TimestampTz *held_until);
 extern DlockStoreOutcome DlockStoreRenew(Oid fn_oid, text *lock_name,
 										 int64 token, TimestampTz now,
 										 TimestampTz expires, Oid *holder);
@@ -66,13 +81,39 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 								  DlockFenceLease *lease);
 
-/* wait.c: sleeping between attempts */
-typedef struct DlockBackoff
-{
-	long		next_ms;		/* the next sleep, before clamping */
-} DlockBackoff;
+/* shmem.c: shared memory for waiting (NULL unless preloaded) */
+#define DLOCK_WAIT_BUCKETS	1024
 
-extern void DlockBackoffInit(DlockBackoff *backoff);
-extern void DlockWaitUntilRetry(DlockBackoff *backoff, TimestampTz deadline);
+typedef struct DlockWaiter
+{
+	bool		in_use;
+	uint64		hash;			/* DlockNameHash of the name waited for */
+	uint64		ticket;			/* queue position: lower waits longer */
+} DlockWaiter;
+
+typedef struct DlockShared
+{
+	LWLock	   *lock;
+	uint64		next_ticket;
+	int			nslots;
+	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
+	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */
+} DlockShared;
+
+extern DlockShared *DlockShmem;
+extern void DlockShmemInit(void);
+
+/* wait.c: waiting for a lease */
+
+/*
+ * One attempt to take the lease.  Returns true when granted; otherwise
+ * sets *held_until to the expiry of the live lease that held the name, or
+ * to 0 when that is unknown (an open transaction is changing the lease).
+ */
+typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until);
+
+extern bool DlockWaitAcquire(text *lock_name, TimestampTz deadline,
+							 DlockAttemptFn attempt, void *arg);
+extern void DlockWakeAtXactEnd(text *lock_name);
 
 #endif							/* DLOCK_H */

@@ -19,7 +19,8 @@
  *
  * Concurrency: this file holds no lock of its own.  Between acquire
  * attempts it sleeps in wait.c holding nothing; store.c's header gives the
- * row- and name-lock protocol of each call.  The holder-role check of
+ * row- and name-lock protocol of each call.  Every call that changed a
+ * lease asks wait.c to wake the name's waiters when the transaction ends.  The holder-role check of
  * renew and release runs after the UPDATE: when it fails, the ERROR rolls
  * the UPDATE back.
  *
@@ -281,29 +282,56 @@ check_holder(Oid holder, text *lock_name, const char *action)
 			 errhint("Only the role that acquired a lease, its members and superusers can renew or release it.")));
 }
 
+/* What an acquire attempt needs; token is its result. */
+typedef struct AcquireArgs
+{
+	Oid			fn_oid;
+	text	   *lock_name;
+	text	   *owner;
+	Oid			holder;
+	Interval   *ttl;
+	int64		token;
+} AcquireArgs;
+
+/*
+ * acquire_attempt makes one attempt to grant the lease described by arg
+ * (an AcquireArgs) from now for its ttl; a DlockAttemptFn.
+ */
+static bool
+acquire_attempt(void *arg, TimestampTz *held_until)
+{
+	AcquireArgs *a = (AcquireArgs *) arg;
+	TimestampTz now = GetCurrentTimestamp();
+
+	return DlockStoreTryAcquire(a->fn_oid, a->lock_name, a->owner, a->holder,
+								now, lease_expiry(now, a->ttl), &a->token,
+								held_until);
+}
+
 /*
  * dlock_acquire(lock_name text, ttl interval, wait interval, owner text)
  * returns bigint: a new fencing token when it granted the lease, NULL when
  * a live lease (or an open transaction changing it) held the name for the
- * whole of wait.  Retries with backoff until the deadline; never waits on
- * a row lock.  Raises 22004/22023 on bad arguments, 25006 on a standby.
+ * whole of wait.  Waits in wait.c (queued and woken with preload, polling
+ * without); never waits on a row lock.  Raises 22004/22023 on bad
+ * arguments, 25006 on a standby, 57014 when cancelled while waiting.
  */
 Datum
 dlock_acquire(PG_FUNCTION_ARGS)
 {
-	text	   *lock_name;
-	Interval   *ttl;
+	AcquireArgs args;
 	Interval   *wait;
 	Interval	zero = {0};
-	text	   *owner;
 	TimestampTz start;
 	TimestampTz deadline;
-	DlockBackoff backoff;
-	Oid			holder = GetUserId();
+	TimestampTz held_until;
+	bool		granted;
 
 	check_writable("dlock_acquire");
-	lock_name = get_lock_name(fcinfo);
-	ttl = get_ttl(fcinfo, 1);
+	args.fn_oid = fcinfo->flinfo->fn_oid;
+	args.holder = GetUserId();
+	args.lock_name = get_lock_name(fcinfo);
+	args.ttl = get_ttl(fcinfo, 1);
 	arg_not_null(fcinfo, 2, "wait");
 	wait = PG_GETARG_INTERVAL_P(2);
 	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(wait),
@@ -312,25 +340,21 @@ dlock_acquire(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("wait must not be negative"),
 				 errdetail("The wait given is \"%s\".", interval_text(wait))));
-	owner = get_owner(fcinfo, 3);
+	args.owner = get_owner(fcinfo, 3);
 
 	start = GetCurrentTimestamp();
-	(void) lease_expiry(start, ttl);
+	(void) lease_expiry(start, args.ttl);
 	deadline = timestamp_plus(start, wait);
-	DlockBackoffInit(&backoff);
 
-	for (;;)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		int64		token;
-
-		if (DlockStoreTryAcquire(fcinfo->flinfo->fn_oid, lock_name, owner,
-								 holder, now, lease_expiry(now, ttl), &token))
-			PG_RETURN_INT64(token);
-		if (GetCurrentTimestamp() >= deadline)
-			PG_RETURN_NULL();
-		DlockWaitUntilRetry(&backoff, deadline);
-	}
+	if (deadline <= start)
+		granted = acquire_attempt(&args, &held_until);
+	else
+		granted = DlockWaitAcquire(args.lock_name, deadline, acquire_attempt,
+								   &args);
+	if (!granted)
+		PG_RETURN_NULL();
+	DlockWakeAtXactEnd(args.lock_name);
+	PG_RETURN_INT64(args.token);
 }
 
 /*
@@ -360,6 +384,8 @@ dlock_renew(PG_FUNCTION_ARGS)
 							  lease_expiry(now, ttl), &holder);
 	if (outcome != DLOCK_STORE_NO_LEASE)
 		check_holder(holder, lock_name, "renew");
+	if (outcome == DLOCK_STORE_DONE)
+		DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
 }
 
@@ -385,6 +411,8 @@ dlock_release(PG_FUNCTION_ARGS)
 								GetCurrentTimestamp(), &holder);
 	if (outcome != DLOCK_STORE_NO_LEASE)
 		check_holder(holder, lock_name, "release");
+	if (outcome == DLOCK_STORE_DONE)
+		DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
 }
 
@@ -401,6 +429,8 @@ dlock_break(PG_FUNCTION_ARGS)
 	check_writable("dlock_break");
 	lock_name = get_lock_name(fcinfo);
 
-	PG_RETURN_BOOL(DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name,
-								   GetCurrentTimestamp()));
+	if (!DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name, GetCurrentTimestamp()))
+		PG_RETURN_BOOL(false);
+	DlockWakeAtXactEnd(lock_name);
+	PG_RETURN_BOOL(true);
 }

@@ -122,7 +122,11 @@ typedef struct DlockStmtDef
  * qualified; "S" is the extension's schema.
  */
 static const DlockStmtDef stmt_defs[NUM_STMTS] = {
-	/* STMT_TAKE: $2 now, $3 expires, $4 owner, $5 holder role */
+	/*
+	 * STMT_TAKE: $2 now, $3 expires, $4 owner, $5 holder role.  Returns the
+	 * new token (NULL unless taken over) and the name's row as this
+	 * statement's snapshot sees it (NULLs when there is none).
+	 */
 	{
 		"WITH cand AS ("
 		" SELECT c.lock_name FROM %1$s.dlock_lease c"
@@ -136,9 +140,9 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" expires_at = $3, released = false"
 		" FROM cand WHERE l.lock_name OPERATOR(pg_catalog.=) cand.lock_name"
 		" RETURNING l.token)"
-		" SELECT (SELECT t.token FROM took t),"
-		" EXISTS (SELECT FROM %1$s.dlock_lease e"
-		" WHERE e.lock_name OPERATOR(pg_catalog.=) $1)",
+		" SELECT (SELECT t.token FROM took t), e.released, e.expires_at"
+		" FROM (VALUES (1)) v(x) LEFT JOIN %1$s.dlock_lease e"
+		" ON e.lock_name OPERATOR(pg_catalog.=) $1",
 		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}
 	},
 	/* STMT_INSERT: $2 now, $3 expires, $4 owner, $5 holder role */
@@ -426,8 +430,7 @@ store_result_role(void)
 static void
 name_locktag(LOCKTAG *tag, text *lock_name)
 {
-	uint64		h = hash_bytes_extended((const unsigned char *) VARDATA_ANY(lock_name),
-										VARSIZE_ANY_EXHDR(lock_name), 0);
+	uint64		h = DlockNameHash(lock_name);
 
 	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
 						 DLOCK_LOCKTAG_CLASS);
@@ -457,15 +460,18 @@ flush_token_wal(void)
 /*
  * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
  * holder, from now until expires.  On success it stores the new token in
- * *token and returns true; it returns false when a live lease holds the
- * name or an open transaction is changing it.  Never waits for another
- * transaction (see the protocol above); may take dlock's name lock, which
- * it keeps only when it inserted a row.  A granted token's sequence WAL is
- * flushed before this returns.
+ * *token and returns true.  Otherwise it returns false and sets
+ * *held_until to the expiry of the live lease that holds the name, or to 0
+ * when an open transaction is changing the name's lease (its row is locked,
+ * or its first row is being inserted).  Never waits for another transaction
+ * (see the protocol above); may take dlock's name lock, which it keeps only
+ * when it inserted a row.  A granted token's sequence WAL is flushed before
+ * this returns.
  */
 bool
 DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
-					 TimestampTz now, TimestampTz expires, int64 *token)
+					 TimestampTz now, TimestampTz expires, int64 *token,
+					 TimestampTz *held_until)
 {
 	DlockStoreSession session;
 	Datum		values[5];
@@ -477,6 +483,7 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 	values[2] = TimestampTzGetDatum(expires);
 	values[3] = PointerGetDatum(owner);
 	values[4] = ObjectIdGetDatum(holder);
+	*held_until = 0;
 
 	store_begin(fn_oid, &session);
 
@@ -484,9 +491,10 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 	 * A row can appear between the probe and the insert (another session
 	 * created and committed it); the second round then decides on the row.
 	 */
-	for (attempt = 0; attempt < 2 && !granted; attempt++)
+	for (attempt = 0; attempt < 2; attempt++)
 	{
 		bool		isnull;
+		bool		no_row;
 		Datum		d;
 		LOCKTAG		tag;
 
@@ -498,9 +506,17 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 			granted = true;
 			break;
 		}
-		d = store_result_datum(2, &isnull);
-		if (DatumGetBool(d))
-			break;				/* the row exists: live, or being changed */
+		d = store_result_datum(3, &no_row);
+		if (!no_row)
+		{
+			/* The row exists: a live lease, or one an open transaction holds. */
+			bool		released = DatumGetBool(store_result_datum(2, &isnull));
+			TimestampTz row_expires = DatumGetTimestampTz(d);
+
+			if (!released && row_expires > now)
+				*held_until = row_expires;
+			break;
+		}
 
 		name_locktag(&tag, lock_name);
 		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
@@ -510,9 +526,9 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 		{
 			*token = DatumGetInt64(store_result_datum(1, &isnull));
 			granted = true;
+			break;
 		}
-		else
-			LockRelease(&tag, ExclusiveLock, false);
+		LockRelease(&tag, ExclusiveLock, false);
 	}
 
 	if (granted)

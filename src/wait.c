@@ -1,19 +1,53 @@
 /*-------------------------------------------------------------------------
  *
  * src/wait.c
- *	  Sleeping between acquire attempts: bounded exponential backoff on the
- *	  process latch.
+ *	  Waiting for a lease: per-name FIFO queues woken at release and at
+ *	  expiry when dlock is preloaded, bounded polling when it is not.
  *
- * An acquire with wait > 0 retries until its deadline.  Between attempts
- * the backend sleeps on its latch (no CPU, no busy loop), starting at
- * DLOCK_BACKOFF_MIN_MS and doubling up to DLOCK_BACKOFF_MAX_MS, never past
- * the deadline.  Query cancel, statement_timeout and backend termination
- * set the latch and are served by CHECK_FOR_INTERRUPTS() after each sleep;
- * postmaster death ends the process (WL_EXIT_ON_PM_DEATH).
+ * With shared_preload_libraries = 'dlock' (shmem.c), an acquire that must
+ * wait takes its backend's waiter slot, which puts it at the end of the
+ * queue of its name.  Only the head of a queue attempts to take the lease;
+ * the others sleep until they become the head.  The head sleeps until the
+ * lease it saw expires, or until it is woken, or until its deadline.  Wake
+ * the head of a queue:
  *
- * Concurrency: this file touches no table and holds no lock.  The caller
- * (lease.c) makes sure that no row lock or name lock is held across the
- * sleep: a failed attempt keeps nothing (see store.c).
+ *   - at the end (commit or abort) of every transaction that changed the
+ *     name's lease: acquire, renew, release, break.  So a release wakes a
+ *     waiter only once it has committed, and a rolled-back release wakes
+ *     one that then finds the lease still held and sleeps again;
+ *   - when the head leaves the queue (granted, timed out, cancelled or
+ *     terminated), so the next waiter takes its turn.
+ *
+ * A new waiter queues behind existing waiters of its name without trying
+ * first, so waiters are served in arrival order; an acquire that does not
+ * wait (wait = 0) is not queued and can take a free lease before them.
+ * When the lease row is held by an open transaction that changes nothing
+ * a waiter is woken for (a 'live' fenced write locks it), the head cannot
+ * know when to retry, so it polls with the backoff below while that lasts.
+ *
+ * Without preload, every waiter polls: it retries with a backoff from
+ * DLOCK_BACKOFF_MIN_MS doubling to DLOCK_BACKOFF_MAX_MS, or at the expiry
+ * of the lease it saw if that comes first, never past its deadline.
+ *
+ * All sleeps are WaitLatch on the process latch (no CPU, no busy loop)
+ * with the DLOCK_WAIT_EVENT wait event.  Query cancel, statement_timeout
+ * and termination set the latch and are served by CHECK_FOR_INTERRUPTS();
+ * postmaster death ends the process (WL_EXIT_ON_PM_DEATH).  A waiter gives
+ * up its slot on every way out: normally, on ERROR (PG_FINALLY), and on
+ * FATAL or exit (before_shmem_exit callback).
+ *
+ * Concurrency: slots are taken and given up under the dlock LWLock in
+ * exclusive mode, and queues are scanned in shared mode (shmem.c).  No
+ * row lock, name lock or LWLock is held while sleeping; each attempt
+ * (store.c) keeps no lock when it fails.  Lost wake-ups cannot happen:
+ *   - the latch is reset before each attempt, so a wake between the
+ *     attempt and the sleep ends the sleep at once;
+ *   - a waiter counts itself in bucket_waiters (a full-barrier atomic)
+ *     before its first attempt, and the waker reads that count after its
+ *     transaction is visible to new snapshots (XACT_EVENT_COMMIT comes after
+ *     ProcArrayEndTransaction) and after a memory barrier.  So either the
+ *     waker sees the waiter and wakes the head, or the waiter's attempt
+ *     sees the committed change.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -21,8 +55,11 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -31,42 +68,351 @@
 #define DLOCK_BACKOFF_MIN_MS	1
 #define DLOCK_BACKOFF_MAX_MS	50
 
+/* Names whose waiters to wake when this transaction ends. */
+#define DLOCK_MAX_PENDING_WAKES 64
+static uint64 pending_wakes[DLOCK_MAX_PENDING_WAKES];
+static int	npending_wakes = 0;
+static bool pending_wake_all = false;
+static bool xact_callback_registered = false;
+
+/* Whether this backend's slot is in use, for the exit callback. */
+static bool slot_taken = false;
+static bool exit_callback_registered = false;
+
+#define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[(hash) % DLOCK_WAIT_BUCKETS])
+
 /*
- * DlockBackoffInit resets the backoff to its shortest sleep.
+ * queue_head_locked returns the pgprocno of the head of the queue of hash
+ * (the slot in use with the lowest ticket), or -1 when nobody waits.
+ * Caller holds the dlock LWLock (either mode).
  */
-void
-DlockBackoffInit(DlockBackoff *backoff)
+static int
+queue_head_locked(uint64 hash)
 {
-	backoff->next_ms = DLOCK_BACKOFF_MIN_MS;
+	int			head = -1;
+	uint64		best = PG_UINT64_MAX;
+	int			i;
+
+	for (i = 0; i < DlockShmem->nslots; i++)
+	{
+		DlockWaiter *w = &DlockShmem->slots[i];
+
+		if (w->in_use && w->hash == hash && w->ticket < best)
+		{
+			best = w->ticket;
+			head = i;
+		}
+	}
+	return head;
 }
 
 /*
- * DlockWaitUntilRetry sleeps until the next attempt is due: the current
- * backoff step or the deadline, whichever comes first, then doubles the
- * step.  It returns at once when the deadline has passed.  Raises whatever
- * CHECK_FOR_INTERRUPTS raises (cancel, statement_timeout, termination).
+ * wake_queue_head sets the latch of the head of hash's queue, if any.
+ * Takes the dlock LWLock in shared mode unless nobody waits in the bucket.
+ */
+static void
+wake_queue_head(uint64 hash)
+{
+	int			head;
+
+	pg_memory_barrier();
+	if (pg_atomic_read_u32(BUCKET_OF(hash)) == 0)
+		return;
+	LWLockAcquire(DlockShmem->lock, LW_SHARED);
+	head = queue_head_locked(hash);
+	LWLockRelease(DlockShmem->lock);
+	if (head >= 0)
+		SetLatch(DlockProcLatch(head));
+}
+
+/*
+ * wake_all_waiters sets the latch of every waiter (used when a transaction
+ * changed more names than pending_wakes can remember).
+ */
+static void
+wake_all_waiters(void)
+{
+	int			i;
+
+	LWLockAcquire(DlockShmem->lock, LW_SHARED);
+	for (i = 0; i < DlockShmem->nslots; i++)
+		if (DlockShmem->slots[i].in_use)
+			SetLatch(DlockProcLatch(i));
+	LWLockRelease(DlockShmem->lock);
+}
+
+/*
+ * queue_join takes this backend's slot for hash, at the end of its queue.
+ * Takes the dlock LWLock exclusively.
+ */
+static void
+queue_join(uint64 hash)
+{
+	DlockWaiter *me = &DlockShmem->slots[DlockMyProcNumber()];
+
+	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	me->hash = hash;
+	me->ticket = DlockShmem->next_ticket++;
+	me->in_use = true;
+	pg_atomic_fetch_add_u32(BUCKET_OF(hash), 1);
+	slot_taken = true;
+	LWLockRelease(DlockShmem->lock);
+}
+
+/*
+ * queue_leave gives up this backend's slot, if it holds one, and wakes the
+ * new head of its queue.  Takes the dlock LWLock exclusively.  Safe to call
+ * from error and exit paths.
+ */
+static void
+queue_leave(void)
+{
+	DlockWaiter *me;
+	int			head;
+
+	if (!slot_taken)
+		return;
+	me = &DlockShmem->slots[DlockMyProcNumber()];
+	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	me->in_use = false;
+	pg_atomic_fetch_sub_u32(BUCKET_OF(me->hash), 1);
+	slot_taken = false;
+	head = queue_head_locked(me->hash);
+	LWLockRelease(DlockShmem->lock);
+	if (head >= 0)
+		SetLatch(DlockProcLatch(head));
+}
+
+/*
+ * queue_is_head reports whether this backend's slot heads its queue.
+ * Takes the dlock LWLock in shared mode.
+ */
+static bool
+queue_is_head(uint64 hash)
+{
+	int			head;
+
+	LWLockAcquire(DlockShmem->lock, LW_SHARED);
+	head = queue_head_locked(hash);
+	LWLockRelease(DlockShmem->lock);
+	return head == DlockMyProcNumber();
+}
+
+/*
+ * wait_exit_callback gives up the slot when the backend exits while
+ * waiting (FATAL, such as pg_terminate_backend).
+ */
+static void
+wait_exit_callback(int code, Datum arg)
+{
+	if (slot_taken && DlockShmem != NULL)
+		queue_leave();
+}
+
+/*
+ * sleep_until sleeps on the process latch until wake_at (or until the latch
+ * is set), then serves interrupts.  Returns at once if wake_at has passed
+ * or the latch is already set.
+ */
+static void
+sleep_until(TimestampTz wake_at)
+{
+	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake_at);
+
+	if (ms > 0)
+	{
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 ms, DLOCK_WAIT_EVENT);
+		ResetLatch(MyLatch);
+	}
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * next_poll returns when a poller retries: after the current backoff step
+ * (which it then doubles), or at held_until when that is known and sooner.
+ */
+static TimestampTz
+next_poll(TimestampTz now, TimestampTz held_until, long *backoff_ms)
+{
+	TimestampTz at = TimestampTzPlusMilliseconds(now, *backoff_ms);
+
+	*backoff_ms = Min(*backoff_ms * 2, DLOCK_BACKOFF_MAX_MS);
+	if (held_until != 0 && held_until < at)
+		at = held_until;
+	return at;
+}
+
+/*
+ * wait_polling retries attempt until it grants the lease or deadline has
+ * passed (see the file header).  Returns whether it was granted.
+ */
+static bool
+wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg)
+{
+	long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
+
+	for (;;)
+	{
+		TimestampTz held_until;
+		TimestampTz now;
+
+		if (attempt(arg, &held_until))
+			return true;
+		now = GetCurrentTimestamp();
+		if (now >= deadline)
+			return false;
+		sleep_until(Min(next_poll(now, held_until, &backoff_ms), deadline));
+	}
+}
+
+/*
+ * wait_queued waits in hash's queue until attempt grants the lease or
+ * deadline has passed (see the file header).  Returns whether it was
+ * granted.  The slot is given up on every way out.
+ */
+static bool
+wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
+			void *arg)
+{
+	volatile bool granted = false;
+
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(wait_exit_callback, (Datum) 0);
+		exit_callback_registered = true;
+	}
+
+	queue_join(hash);
+	PG_TRY();
+	{
+		long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
+
+		for (;;)
+		{
+			TimestampTz wake_at = deadline;
+			TimestampTz now;
+
+			ResetLatch(MyLatch);
+			if (queue_is_head(hash))
+			{
+				TimestampTz held_until;
+
+				if (attempt(arg, &held_until))
+				{
+					granted = true;
+					break;
+				}
+				if (held_until != 0)
+				{
+					wake_at = held_until;
+					backoff_ms = DLOCK_BACKOFF_MIN_MS;
+				}
+				else
+					wake_at = next_poll(GetCurrentTimestamp(), 0, &backoff_ms);
+			}
+			now = GetCurrentTimestamp();
+			if (now >= deadline)
+				break;
+			sleep_until(Min(wake_at, deadline));
+		}
+	}
+	PG_FINALLY();
+	{
+		queue_leave();
+	}
+	PG_END_TRY();
+
+	return granted;
+}
+
+/*
+ * DlockWaitAcquire takes the lease through attempt, waiting until deadline
+ * for it (see the file header), and returns whether it was granted.
+ * Sleeps on the process latch; raises what CHECK_FOR_INTERRUPTS raises
+ * (cancel, statement_timeout, termination).
+ */
+bool
+DlockWaitAcquire(text *lock_name, TimestampTz deadline, DlockAttemptFn attempt,
+				 void *arg)
+{
+	uint64		hash;
+
+	if (DlockShmem == NULL)
+		return wait_polling(deadline, attempt, arg);
+
+	/* Nobody queued for this name (or its bucket): try before queueing. */
+	hash = DlockNameHash(lock_name);
+	pg_memory_barrier();
+	if (pg_atomic_read_u32(BUCKET_OF(hash)) == 0)
+	{
+		TimestampTz held_until;
+
+		if (attempt(arg, &held_until))
+			return true;
+		if (GetCurrentTimestamp() >= deadline)
+			return false;
+	}
+	return wait_queued(hash, deadline, attempt, arg);
+}
+
+/*
+ * wake_xact_callback wakes, when the transaction ends either way, the
+ * queue heads of the names it changed.
+ */
+static void
+wake_xact_callback(XactEvent event, void *arg)
+{
+	int			i;
+
+	switch (event)
+	{
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+			break;
+		default:
+			return;
+	}
+	if (DlockShmem != NULL)
+	{
+		if (pending_wake_all)
+			wake_all_waiters();
+		else
+			for (i = 0; i < npending_wakes; i++)
+				wake_queue_head(pending_wakes[i]);
+	}
+	npending_wakes = 0;
+	pending_wake_all = false;
+}
+
+/*
+ * DlockWakeAtXactEnd arranges for the waiters of lock_name to be woken when
+ * the current transaction ends (it changed the name's lease).  Does nothing
+ * without preload.
  */
 void
-DlockWaitUntilRetry(DlockBackoff *backoff, TimestampTz deadline)
+DlockWakeAtXactEnd(text *lock_name)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	long		remaining_ms;
-	long		sleep_ms;
+	uint64		hash;
+	int			i;
 
-	CHECK_FOR_INTERRUPTS();
-
-	remaining_ms = TimestampDifferenceMilliseconds(now, deadline);
-	if (remaining_ms <= 0)
+	if (DlockShmem == NULL || pending_wake_all)
 		return;
-	sleep_ms = Min(backoff->next_ms, remaining_ms);
-
-	(void) WaitLatch(MyLatch,
-					 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 sleep_ms,
-					 DLOCK_WAIT_EVENT);
-	ResetLatch(MyLatch);
-
-	CHECK_FOR_INTERRUPTS();
-
-	backoff->next_ms = Min(backoff->next_ms * 2, DLOCK_BACKOFF_MAX_MS);
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(wake_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	hash = DlockNameHash(lock_name);
+	for (i = 0; i < npending_wakes; i++)
+		if (pending_wakes[i] == hash)
+			return;
+	if (npending_wakes < DLOCK_MAX_PENDING_WAKES)
+		pending_wakes[npending_wakes++] = hash;
+	else
+		pending_wake_all = true;
 }
