@@ -5,9 +5,9 @@
  *	  (dlock_token_seq).
  *
  * Every statement is prepared once per backend through SPI, kept with
- * SPI_keepplan and run with a fresh snapshot (GetLatestSnapshot), so a
- * call sees the leases as they are now even inside a REPEATABLE READ
- * transaction.  The statements run as the owner of the lease table (the
+ * SPI_keepplan and run with a fresh snapshot (GetLatestSnapshot) and READ
+ * COMMITTED rules (store_exec), so a call sees and changes the leases as
+ * they are now even inside a REPEATABLE READ transaction.  The statements run as the owner of the lease table (the
  * extension's owner) under SECURITY_LOCAL_USERID_CHANGE: the table and the
  * sequence stay private, and callers reach them only through these
  * functions.  All SQL is schema-qualified, operators included, so the
@@ -23,10 +23,11 @@
  *
  * - Acquire never waits for another transaction.  A row that is locked by
  *   an open transaction (an uncommitted acquire, renew, release or break,
- *   or later a fenced writer) counts as held: the takeover selects the row
- *   FOR UPDATE SKIP LOCKED, and the same statement's EXISTS probe then
- *   reports "held".  FOR UPDATE (not NO KEY UPDATE) conflicts with every
- *   row lock, including FOR KEY SHARE.
+ *   or a 'live' fenced writer) counts as held: the takeover selects the
+ *   row FOR UPDATE SKIP LOCKED, and the same statement's read of the row
+ *   then reports "held" (with the expiry a waiter can sleep until, when
+ *   the lease it sees is live).  FOR UPDATE (not NO KEY UPDATE) conflicts
+ *   with every row lock, including FOR KEY SHARE.
  *
  * - A name with no row yet is created by INSERT ... ON CONFLICT DO NOTHING.
  *   Two sessions inserting the same new name would make the second wait
@@ -54,9 +55,10 @@
  *   acquirer can take the lease over before then; renew and release still
  *   can run.  fence.c's header gives the ordering argument.
  *
- * - Tokens come from nextval() on the sequence, taken only when a lease is
- *   granted, so they are unique and increasing across all names; a rolled
- *   back grant simply skips its number.
+ * - Tokens come from nextval() on the sequence, taken when a lease is
+ *   granted (and by an INSERT that then meets a concurrent row), so they
+ *   are unique and increasing across all names; a rolled back grant simply
+ *   skips its number.
  *
  * - A token must never be handed out twice, also across a crash.  nextval()
  *   WAL-logs the sequence only every SEQ_LOG_VALS calls, logging ahead, and
