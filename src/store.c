@@ -47,6 +47,11 @@
  *   theirs), and take FOR NO KEY UPDATE, which does not conflict with the
  *   FOR KEY SHARE lock a fenced writer holds.
  *
+ * - Acquire, renew, release and break each run in a subtransaction that is
+ *   kept only when they changed a lease (store_in_subxact): a failed
+ *   attempt keeps no row lock and no name lock, even where READ COMMITTED
+ *   rules locked a row version that then no longer qualified.
+ *
  * - The fence trigger reads the lease of a name with a fresh snapshot and
  *   no row lock ('latest' mode), or locks it FOR KEY SHARE ('live' mode),
  *   waiting for an uncommitted acquire, takeover or break of that row (the
@@ -87,6 +92,7 @@
 #include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/resowner.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -460,53 +466,99 @@ flush_token_wal(void)
 }
 
 /*
- * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
- * holder, from now until expires.  On success it stores the new token in
- * *token and returns true.  Otherwise it returns false and sets
- * *held_until to the expiry of the live lease that holds the name, or to 0
- * when an open transaction is changing the name's lease (its row is locked,
- * or its first row is being inserted).  Never waits for another transaction
- * (see the protocol above); may take dlock's name lock, which it keeps only
- * when it inserted a row.  A granted token's sequence WAL is flushed before
- * this returns.
+ * A store operation that may change a lease: it runs between store_begin
+ * and store_end, and returns whether it changed one (whether to keep it).
  */
-bool
-DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
-					 TimestampTz now, TimestampTz expires, int64 *token,
-					 TimestampTz *held_until)
+typedef bool (*StoreOp) (void *arg);
+
+/*
+ * store_in_subxact runs op in a subtransaction of its own, keeps it when op
+ * returns true and rolls it back otherwise, and returns op's result.  The
+ * rollback matters: under READ COMMITTED rules a row lock can outlive a
+ * failed attempt (FOR UPDATE, or an UPDATE, follows a concurrently updated
+ * row to its newest version, locks it, and only then finds that it no
+ * longer qualifies), and that lock would block the lease's holder until
+ * the caller's transaction ends, which for a waiting acquire is its whole
+ * wait.  Rolling back releases it, and dlock's name lock too.  An error
+ * rolls the subtransaction back and is re-thrown.
+ */
+static bool
+store_in_subxact(Oid fn_oid, StoreOp op, void *arg)
 {
-	DlockStoreSession session;
-	Datum		values[5];
-	bool		granted = false;
-	int			attempt;
+	MemoryContext oldcontext = CurrentMemoryContext;
+	ResourceOwner oldowner = CurrentResourceOwner;
+	volatile bool keep = false;
 
-	values[0] = PointerGetDatum(lock_name);
-	values[1] = TimestampTzGetDatum(now);
-	values[2] = TimestampTzGetDatum(expires);
-	values[3] = PointerGetDatum(owner);
-	values[4] = ObjectIdGetDatum(holder);
-	*held_until = 0;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(oldcontext);
+	PG_TRY();
+	{
+		DlockStoreSession session;
 
-	store_begin(fn_oid, &session);
+		store_begin(fn_oid, &session);
+		keep = op(arg);
+		store_end(&session);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(oldcontext);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(oldcontext);
+		CurrentResourceOwner = oldowner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+
+	if (keep)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(oldcontext);
+	CurrentResourceOwner = oldowner;
+	return keep;
+}
+
+/* Arguments and results of one acquire attempt. */
+typedef struct AcquireOp
+{
+	text	   *lock_name;
+	Datum		values[5];		/* the statements' parameters */
+	TimestampTz now;
+	int64		token;			/* out: the new token */
+	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
+} AcquireOp;
+
+/*
+ * acquire_op is the body of DlockStoreTryAcquire; a StoreOp.
+ */
+static bool
+acquire_op(void *arg)
+{
+	AcquireOp  *a = (AcquireOp *) arg;
+	int			round;
 
 	/*
 	 * A row can appear between the probe and the insert (another session
 	 * created and committed it); the second round then decides on the row.
 	 */
-	for (attempt = 0; attempt < 2; attempt++)
+	for (round = 0; round < 2; round++)
 	{
 		bool		isnull;
 		bool		no_row;
 		Datum		d;
 		LOCKTAG		tag;
 
-		store_exec(STMT_TAKE, values, SPI_OK_SELECT);
+		store_exec(STMT_TAKE, a->values, SPI_OK_SELECT);
 		d = store_result_datum(1, &isnull);
 		if (!isnull)
 		{
-			*token = DatumGetInt64(d);
-			granted = true;
-			break;
+			a->token = DatumGetInt64(d);
+			flush_token_wal();
+			return true;
 		}
 		d = store_result_datum(3, &no_row);
 		if (!no_row)
@@ -515,60 +567,98 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 			bool		released = DatumGetBool(store_result_datum(2, &isnull));
 			TimestampTz row_expires = DatumGetTimestampTz(d);
 
-			if (!released && row_expires > now)
-				*held_until = row_expires;
-			break;
+			if (!released && row_expires > a->now)
+				a->held_until = row_expires;
+			return false;
 		}
 
-		name_locktag(&tag, lock_name);
+		name_locktag(&tag, a->lock_name);
 		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-			break;				/* another session is creating the name */
+			return false;		/* another session is creating the name */
 
-		if (store_exec(STMT_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
+		if (store_exec(STMT_INSERT, a->values, SPI_OK_INSERT_RETURNING) == 1)
 		{
-			*token = DatumGetInt64(store_result_datum(1, &isnull));
-			granted = true;
-			break;
+			a->token = DatumGetInt64(store_result_datum(1, &isnull));
+			flush_token_wal();
+			return true;
 		}
 		LockRelease(&tag, ExclusiveLock, false);
 	}
-
-	if (granted)
-		flush_token_wal();
-	store_end(&session);
-	return granted;
+	return false;
 }
 
 /*
- * store_end_or_extend runs the renew or release statement for (lock_name,
- * token) and reports what it found; *holder is the holder role of the row
- * (InvalidOid if there is none).  May wait for a
- * concurrent transaction that is changing the same row.
+ * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
+ * holder, from now until expires.  On success it stores the new token in
+ * *token and returns true.  Otherwise it returns false, keeping no lock,
+ * and sets *held_until to the expiry of the live lease that holds the
+ * name, or to 0 when an open transaction is changing the name's lease (its
+ * row is locked, or its first row is being inserted).  Never waits for
+ * another transaction (see the protocol above); a grant keeps dlock's name
+ * lock when it inserted the name's first row.  A granted token's sequence
+ * WAL is flushed before this returns.  Runs in a subtransaction.
  */
-static DlockStoreOutcome
-store_end_or_extend(DlockStmt id, Oid fn_oid, Datum *values, Oid *holder)
+bool
+DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
+					 TimestampTz now, TimestampTz expires, int64 *token,
+					 TimestampTz *held_until)
 {
-	DlockStoreSession session;
-	DlockStoreOutcome outcome;
+	AcquireOp	a;
+	bool		granted;
 
-	store_begin(fn_oid, &session);
-	if (store_exec(id, values, SPI_OK_UPDATE_RETURNING) == 1)
+	a.lock_name = lock_name;
+	a.values[0] = PointerGetDatum(lock_name);
+	a.values[1] = TimestampTzGetDatum(now);
+	a.values[2] = TimestampTzGetDatum(expires);
+	a.values[3] = PointerGetDatum(owner);
+	a.values[4] = ObjectIdGetDatum(holder);
+	a.now = now;
+	a.token = 0;
+	a.held_until = 0;
+
+	granted = store_in_subxact(fn_oid, acquire_op, &a);
+	*token = a.token;
+	*held_until = a.held_until;
+	return granted;
+}
+
+/* Arguments and results of a renew, release or break. */
+typedef struct ChangeOp
+{
+	DlockStmt	stmt;
+	Datum		values[4];
+	DlockStoreOutcome outcome;	/* out */
+	Oid			holder;			/* out: the row's holder role */
+} ChangeOp;
+
+/*
+ * change_op runs the renew, release or break statement and, when it changed
+ * nothing, reads who holds the row; a StoreOp.  May wait for a concurrent
+ * transaction that is changing the same row.
+ */
+static bool
+change_op(void *arg)
+{
+	ChangeOp   *c = (ChangeOp *) arg;
+
+	c->holder = InvalidOid;
+	if (store_exec(c->stmt, c->values, SPI_OK_UPDATE_RETURNING) == 1)
 	{
-		*holder = store_result_role();
-		outcome = DLOCK_STORE_DONE;
+		if (c->stmt != STMT_BREAK)
+			c->holder = store_result_role();
+		c->outcome = DLOCK_STORE_DONE;
+		return true;
 	}
-	else if (store_exec(STMT_HOLDER, values, SPI_OK_SELECT) == 1)
+	if (c->stmt == STMT_BREAK)
+		c->outcome = DLOCK_STORE_NOT_HELD;
+	else if (store_exec(STMT_HOLDER, c->values, SPI_OK_SELECT) == 1)
 	{
-		*holder = store_result_role();
-		outcome = DLOCK_STORE_NOT_HELD;
+		c->holder = store_result_role();
+		c->outcome = DLOCK_STORE_NOT_HELD;
 	}
 	else
-	{
-		*holder = InvalidOid;
-		outcome = DLOCK_STORE_NO_LEASE;
-	}
-	store_end(&session);
-	return outcome;
+		c->outcome = DLOCK_STORE_NO_LEASE;
+	return false;
 }
 
 /*
@@ -576,19 +666,22 @@ store_end_or_extend(DlockStmt id, Oid fn_oid, Datum *values, Oid *holder)
  * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
  * otherwise whether a row exists; *holder is the row's holder role.  The
  * caller checks the role and raises if it must: the error undoes the
- * update.
+ * update.  Runs in a subtransaction (kept only when it renewed).
  */
 DlockStoreOutcome
 DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 				TimestampTz expires, Oid *holder)
 {
-	Datum		values[4];
+	ChangeOp	c;
 
-	values[0] = PointerGetDatum(lock_name);
-	values[1] = Int64GetDatum(token);
-	values[2] = TimestampTzGetDatum(now);
-	values[3] = TimestampTzGetDatum(expires);
-	return store_end_or_extend(STMT_RENEW, fn_oid, values, holder);
+	c.stmt = STMT_RENEW;
+	c.values[0] = PointerGetDatum(lock_name);
+	c.values[1] = Int64GetDatum(token);
+	c.values[2] = TimestampTzGetDatum(now);
+	c.values[3] = TimestampTzGetDatum(expires);
+	(void) store_in_subxact(fn_oid, change_op, &c);
+	*holder = c.holder;
+	return c.outcome;
 }
 
 /*
@@ -599,33 +692,31 @@ DlockStoreOutcome
 DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 				  Oid *holder)
 {
-	Datum		values[3];
+	ChangeOp	c;
 
-	values[0] = PointerGetDatum(lock_name);
-	values[1] = Int64GetDatum(token);
-	values[2] = TimestampTzGetDatum(now);
-	return store_end_or_extend(STMT_RELEASE, fn_oid, values, holder);
+	c.stmt = STMT_RELEASE;
+	c.values[0] = PointerGetDatum(lock_name);
+	c.values[1] = Int64GetDatum(token);
+	c.values[2] = TimestampTzGetDatum(now);
+	(void) store_in_subxact(fn_oid, change_op, &c);
+	*holder = c.holder;
+	return c.outcome;
 }
 
 /*
  * DlockStoreBreak ends whatever live lease holds lock_name, at now.
  * Returns true when there was one.  May wait for a concurrent transaction
- * that is changing the row.
+ * that is changing the row.  Runs in a subtransaction.
  */
 bool
 DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 {
-	DlockStoreSession session;
-	Datum		values[2];
-	bool		broken;
+	ChangeOp	c;
 
-	values[0] = PointerGetDatum(lock_name);
-	values[1] = TimestampTzGetDatum(now);
-
-	store_begin(fn_oid, &session);
-	broken = (store_exec(STMT_BREAK, values, SPI_OK_UPDATE_RETURNING) == 1);
-	store_end(&session);
-	return broken;
+	c.stmt = STMT_BREAK;
+	c.values[0] = PointerGetDatum(lock_name);
+	c.values[1] = TimestampTzGetDatum(now);
+	return store_in_subxact(fn_oid, change_op, &c);
 }
 
 /*

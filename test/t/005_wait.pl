@@ -1,0 +1,574 @@
+#!/usr/bin/perl
+#
+# test/t/005_wait.pl
+#	  Event-driven waiting (CONTRACT §2 "wait", §4; src/wait.c's header):
+#	  FIFO queues, cancellation and termination leave no trace, restart,
+#	  no CPU while waiting, and the polling fallback without preload.
+#
+# Node "dlock_wait" has shared_preload_libraries = 'dlock'.  Every waiter is
+# a background psql session whose backend pid is known; a waiter counts as
+# queued once pg_stat_activity shows it in wait_event_type/wait_event
+# 'Extension' (wait.c sleeps on its latch with PG_WAIT_EXTENSION only after
+# joining the queue).  Waiters are started one at a time, each only once the
+# one before it is seen waiting, so their arrival order is known.
+#
+#   1. FIFO: ten waiters queue on one held name (wait '60 s').  The holder
+#      releases; each waiter, once granted, records its token in a table
+#      and releases in turn.  Tokens are issued at the grant, and the lease
+#      is exclusive, so token order is grant order: the tokens must be
+#      strictly increasing in arrival order.
+#   2. statement_timeout: a waiter alone in the queue ('300ms') fails with
+#      57014 and leaves nobody waiting; a waiter queued after it is served
+#      at the next release.  Then a waiter at the head of a queue times out
+#      while another waits behind it: the one behind is served at the next
+#      release.  A slot left behind by a timed-out waiter would head the
+#      queue for ever (it has the lowest ticket), so the waiter behind it
+#      would never attempt and would return NULL at its deadline.
+#   3. pg_terminate_backend of the middle waiter of three: it disappears,
+#      the other two are served in order, and a later waiter is served.
+#   4. Restart (pg_ctl's default fast mode) with two waiters queued: their
+#      sessions are terminated; the held lease survives with its token;
+#      new waiters queue and are served FIFO at its release.
+#   5. CPU: ten waiters that wait 2 s on a held name use less than 0.2 s
+#      of CPU between them (utime + stime from /proc/<pid>/stat).  A sanity
+#      bound against busy loops, not a benchmark.
+#   6. A waiter whose attempt raced with another session's acquire keeps
+#      no row lock on the lease row: the holder's release does not wait for
+#      it, and it is served at the release.  The interleaving is forced
+#      with a table lock queued between them.  store.c runs each attempt
+#      in a subtransaction that a failed attempt rolls back, which releases
+#      that lock (see the comment of that part).
+#   7. Node "dlock_nopreload" has no preload: waiting polls.  A waiter with
+#      wait '10 s' gets a token after the holder releases and shows the
+#      same 'Extension' wait event while it sleeps; a waiter with wait
+#      '300 ms' on a held lease returns NULL.
+#
+# Every wait is bounded: poll_query_until gives up after
+# $PostgreSQL::Test::Utils::timeout_default seconds, and each background
+# session has the same timeout, so a broken build fails instead of hanging.
+# No duration is asserted.
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use DlockTest;
+use POSIX ();
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_wait');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+# A waiter blocking a release shows in the log, with its pid.
+log_lock_waits = on
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
+	'dlock', 'dlock is preloaded');
+
+# session opens a background psql session on $n, named $name (used in the
+# markers of its output), and returns it with its backend's pid.  psql
+# does not stop at errors, so a failed statement can be inspected.
+sub session
+{
+	my ($n, $name) = @_;
+	my $bg = $n->background_psql('postgres', on_error_stop => 0);
+	my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+	return { bg => $bg, pid => $pid, name => $name, seq => 0, out => '' };
+}
+
+# start_sql sends $sql to session $s and returns as soon as psql has begun
+# running it, without waiting for it to finish.
+sub start_sql
+{
+	my ($s, $sql) = @_;
+	my $tag = "$s->{name}#" . ++$s->{seq};
+	$s->{tag} = $tag;
+	my $out = $s->{bg}->query_until(qr/^\Q$tag\E start\n/m,
+		"\\echo '$tag start'\n$sql\n\\echo :SQLSTATE\n\\echo '$tag end'\n");
+
+	# Keep whatever psql printed after the start marker already.
+	$out =~ s/\A.*?^\Q$tag\E start\n//ms;
+	$s->{out} = $out;
+	return;
+}
+
+# finish_sql waits (bounded by the session's timeout) until the statements
+# started by start_sql on $s have finished, and returns their output and
+# the SQLSTATE of the last one ('00000' for success).
+sub finish_sql
+{
+	my ($s) = @_;
+	my $tag = $s->{tag};
+	my $out = $s->{out};
+	$out .= $s->{bg}->query_until(qr/^\Q$tag\E end\n/m, '')
+	  unless $out =~ /^\Q$tag\E end\n/m;
+	$s->{out} = '';
+	$out =~ s/^\Q$tag\E end\n.*//ms
+	  or die "no end marker for $tag in output: $out";
+	$out =~ s/(?:\A|\n)([0-9A-Z]{5})\n\z//
+	  or die "no SQLSTATE for $tag in output: $out";
+	return ($out, $1);
+}
+
+# close_session ends session $s, also when its backend or psql is gone.
+sub close_session
+{
+	my ($s) = @_;
+	eval { $s->{bg}->quit; 1 } or note "closing $s->{name}: $@";
+	return;
+}
+
+# waiting_sql is a query counting the backends among @pids that wait in
+# dlock (all of them when @pids is empty).
+sub waiting_sql
+{
+	my @pids = @_;
+	my $sql = q{SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Extension' AND wait_event = 'Extension'};
+	$sql .= ' AND pid IN (' . join(', ', @pids) . ')' if @pids;
+	return $sql;
+}
+
+# wait_for_waiters polls $n until exactly $count of the backends @pids
+# (of all backends when @pids is empty) wait in dlock.
+sub wait_for_waiters
+{
+	my ($n, $count, $what, @pids) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok($n->poll_query_until('postgres', waiting_sql(@pids), $count), $what);
+	return;
+}
+
+# acquire takes the lease $name on $n for $ttl without waiting and returns
+# its token.
+sub acquire
+{
+	my ($n, $name, $ttl) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $token =
+	  $n->safe_psql('postgres', "SELECT dlock_acquire('$name', '$ttl')");
+	like($token, qr/^[0-9]+$/, "acquired $name (token $token)");
+	return $token;
+}
+
+# release ends the lease ($name, $token) on $n and checks it was live.
+sub release
+{
+	my ($n, $name, $token) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	is($n->safe_psql('postgres', "SELECT dlock_release('$name', $token)"),
+		't', "released $name (token $token)");
+	return;
+}
+
+# queue_waiters starts, on the sessions @s in order, the statements
+# $make_sql->($session), each once the one before it is seen waiting.
+sub queue_waiters
+{
+	my ($n, $what, $make_sql, @s) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	for my $s (@s)
+	{
+		start_sql($s, $make_sql->($s));
+		wait_for_waiters($n, 1, "$what: $s->{name} is waiting", $s->{pid});
+	}
+	return;
+}
+
+# take_and_release returns a function giving the statements of a waiter
+# (session) that takes lease $name with wait '60 s', records its token in
+# table grants under its session's name, and releases the lease.
+sub take_and_release
+{
+	my ($name) = @_;
+	return sub {
+		my ($s) = @_;
+		return qq{INSERT INTO grants (lock_name, waiter, token)
+  SELECT '$name', '$s->{name}', dlock_acquire('$name', '1 min', '60 s')
+  RETURNING token;
+SELECT dlock_release(lock_name, token) FROM grants
+ WHERE lock_name = '$name' AND waiter = '$s->{name}' AND token IS NOT NULL;};
+	};
+}
+
+# check_served collects the waiters @s started with take_and_release
+# and checks each got a token, released it, and that the tokens are
+# strictly increasing in the order of @s and greater than $after.
+# Returns the tokens.
+sub check_served
+{
+	my ($what, $after, @s) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my @tokens;
+	for my $i (0 .. $#s)
+	{
+		my ($out, $state) = finish_sql($s[$i]);
+		my $ok = like(
+			$out,
+			qr/\A[0-9]+\nt\z/,
+			"$what: waiter " . ($i + 1) . ' got a token and released it');
+		is($state, '00000', "$what: waiter " . ($i + 1) . ' raised nothing');
+		push @tokens, ($ok && $out =~ /\A([0-9]+)/ ? $1 : -1);
+	}
+	my $prev = $after;
+	my $increasing = 1;
+	for my $t (@tokens)
+	{
+		$increasing = 0 unless $t > $prev;
+		$prev = $t;
+	}
+	ok($increasing,
+		"$what: tokens increase in arrival order (after $after: @tokens)");
+	return @tokens;
+}
+
+$node->safe_psql('postgres',
+	'CREATE TABLE grants (lock_name text, waiter text, token bigint)');
+
+# 1. FIFO: ten waiters, served in arrival order.
+{
+	my @w = map { session($node, "fifo$_") } 1 .. 10;
+	my $held = acquire($node, 'fifo', '10 min');
+
+	queue_waiters($node, 'fifo', take_and_release('fifo'), @w);
+	wait_for_waiters($node, 10, 'fifo: all ten are waiting at once',
+		map { $_->{pid} } @w);
+	is( $node->safe_psql(
+			'postgres', "SELECT token FROM dlock_leases WHERE lock_name = 'fifo'"),
+		$held,
+		'fifo: the holder still holds the lease');
+
+	release($node, 'fifo', $held);
+	my @tokens = check_served('fifo', $held, @w);
+
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT string_agg(token::text, ' ' ORDER BY substr(waiter, 5)::int) FROM grants WHERE lock_name = 'fifo'"
+		),
+		"@tokens",
+		'fifo: table grants has the ten tokens by waiter');
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT token, released, live FROM dlock_leases WHERE lock_name = 'fifo'"
+		),
+		"$tokens[-1]|t|f",
+		'fifo: the last waiter released the lease');
+	wait_for_waiters($node, 0, 'fifo: nobody waits any more');
+	close_session($_) for @w;
+}
+
+# 2. statement_timeout.
+{
+	my $held = acquire($node, 'st', '10 min');
+
+	# A waiter alone in the queue times out.
+	my ($stdout, $stderr) = psql_error($node,
+		"SET statement_timeout = '300ms';\nSELECT dlock_acquire('st', '1 min', '60 s')"
+	);
+	is($stdout, 'true 57014', 'statement_timeout: the waiter fails with 57014');
+	like(
+		$stderr,
+		qr/ERROR:  57014: canceling statement due to statement timeout/,
+		'statement_timeout: the error is the statement timeout');
+	wait_for_waiters($node, 0,
+		'statement_timeout: nobody waits after the timeout');
+
+	# A waiter that comes afterwards is served at the release.
+	my $after = session($node, 'st-after');
+	start_sql($after, take_and_release('st')->($after));
+	wait_for_waiters($node, 1, 'statement_timeout: the next waiter waits',
+		$after->{pid});
+	release($node, 'st', $held);
+	check_served('statement_timeout: next waiter', $held, $after);
+	wait_for_waiters($node, 0,
+		'statement_timeout: nobody waits after the next waiter');
+
+	# The head of a queue times out with a waiter behind it.  Its timeout
+	# leaves time to queue the second waiter behind it (the check that both
+	# wait at once fails otherwise).
+	$held = acquire($node, 'st', '10 min');
+	my $head = session($node, 'st-head');
+	my $behind = session($node, 'st-behind');
+	$head->{bg}->query_safe("SET statement_timeout = '3s'");
+	start_sql($head, "SELECT dlock_acquire('st', '1 min', '60 s');");
+	wait_for_waiters($node, 1, 'statement_timeout: the head waits',
+		$head->{pid});
+	start_sql($behind, take_and_release('st')->($behind));
+	wait_for_waiters(
+		$node, 2,
+		'statement_timeout: a second waiter waits behind the head',
+		$head->{pid}, $behind->{pid});
+	my ($out, $state) = finish_sql($head);
+	is($state, '57014', 'statement_timeout: the head fails with 57014');
+	is($out, '', 'statement_timeout: the head returned nothing');
+	wait_for_waiters($node, 1,
+		'statement_timeout: the waiter behind still waits',
+		$behind->{pid});
+	release($node, 'st', $held);
+	check_served('statement_timeout: waiter behind the timed-out head',
+		$held, $behind);
+	wait_for_waiters($node, 0, 'statement_timeout: nobody waits at the end');
+	close_session($_) for ($after, $head, $behind);
+}
+
+# 3. pg_terminate_backend of the middle waiter of three.
+{
+	my $held = acquire($node, 'term', '10 min');
+	my @w = map { session($node, "term$_") } 1 .. 3;
+	queue_waiters($node, 'terminate', take_and_release('term'), @w);
+
+	is( $node->safe_psql(
+			'postgres', "SELECT pg_terminate_backend($w[1]{pid})"),
+		't',
+		'terminate: terminated the middle waiter');
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT count(*) FROM pg_stat_activity WHERE pid = $w[1]{pid}",
+			'0'),
+		'terminate: its backend is gone');
+	ok( $node->log_contains(
+			qr/\[$w[1]{pid}\] \S* ?FATAL:  terminating connection due to administrator command/
+		),
+		'terminate: it ended with the termination error');
+	wait_for_waiters($node, 2, 'terminate: the two others still wait',
+		$w[0]{pid}, $w[2]{pid});
+
+	release($node, 'term', $held);
+	my @tokens = check_served('terminate: first and third waiter',
+		$held, $w[0], $w[2]);
+
+	# A later waiter is served normally.
+	$held = acquire($node, 'term', '10 min');
+	cmp_ok($held, '>', $tokens[-1], 'terminate: a new holder');
+	my $later = session($node, 'term-later');
+	start_sql($later, take_and_release('term')->($later));
+	wait_for_waiters($node, 1, 'terminate: a later waiter waits',
+		$later->{pid});
+	release($node, 'term', $held);
+	check_served('terminate: later waiter', $held, $later);
+	wait_for_waiters($node, 0, 'terminate: nobody waits at the end');
+	close_session($_) for (@w, $later);
+}
+
+# 4. Restart with waiters queued.
+{
+	my $held = acquire($node, 'restart', '10 min');
+	my @w = map { session($node, "restart$_") } 1 .. 2;
+	queue_waiters($node, 'restart', take_and_release('restart'), @w);
+
+	# pg_ctl restart shuts down in fast mode: backends are terminated.
+	$node->restart;
+	for my $s (@w)
+	{
+		ok( $node->log_contains(
+				qr/\[$s->{pid}\] \S* ?FATAL:  terminating connection due to administrator command/
+			),
+			"restart: waiter $s->{name} (pid $s->{pid}) was terminated");
+		close_session($s);
+	}
+	wait_for_waiters($node, 0, 'restart: nobody waits after the restart');
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT count(*) FROM grants WHERE lock_name = 'restart'"),
+		'0',
+		'restart: no waiter was granted the lease');
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT token, released, live FROM dlock_leases WHERE lock_name = 'restart'"
+		),
+		"$held|f|t",
+		'restart: the held lease survived with its token');
+	is( $node->safe_psql(
+			'postgres', "SELECT dlock_acquire('restart', '1 min') IS NULL"),
+		't',
+		'restart: the held lease still refuses others');
+
+	# New waiters are served FIFO at the release.
+	my @v = map { session($node, "restart-new$_") } 1 .. 3;
+	queue_waiters($node, 'restart: new', take_and_release('restart'),
+		@v);
+	release($node, 'restart', $held);
+	check_served('restart: new waiters', $held, @v);
+
+	# A plain acquire, wait and release after the restart.
+	my $tok = acquire($node, 'restart-plain', '1 min');
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT dlock_acquire('restart-plain', '1 min', '200 ms') IS NULL"),
+		't',
+		'restart: a waiter on a held lease runs out of wait');
+	release($node, 'restart-plain', $tok);
+	like(
+		$node->safe_psql(
+			'postgres', "SELECT dlock_acquire('restart-plain', '1 min', '1 s')"),
+		qr/^[0-9]+$/,
+		'restart: a waiter on a free lease gets a token');
+	wait_for_waiters($node, 0, 'restart: nobody waits at the end');
+	close_session($_) for @v;
+}
+
+# 5. Waiting uses no CPU.
+{
+	my $held = acquire($node, 'cpu', '10 min');
+	my @w = map { session($node, "cpu$_") } 1 .. 10;
+
+	# Warm up each backend (catalog caches, dlock's saved plans), so that
+	# the measure covers the wait itself.
+	for my $s (@w)
+	{
+		is($s->{bg}->query_safe("SELECT dlock_acquire('cpu', '1 min') IS NULL"),
+			't', "cpu: $s->{name} finds the lease held");
+	}
+
+	# cpu_ticks returns the user + system CPU time of process $pid, in
+	# clock ticks (fields 14 and 15 of /proc/<pid>/stat; the command name
+	# in field 2 may contain spaces, so count after its closing paren).
+	my $cpu_ticks = sub {
+		my ($pid) = @_;
+		my $stat = slurp_file("/proc/$pid/stat");
+		$stat =~ s/\A.*\)\s+//s;
+		my @f = split ' ', $stat;
+		return $f[11] + $f[12];
+	};
+
+	my %before = map { $_->{pid} => $cpu_ticks->($_->{pid}) } @w;
+	start_sql($_, "SELECT dlock_acquire('cpu', '1 min', '2 s');") for @w;
+	wait_for_waiters($node, 10, 'cpu: all ten are waiting at once',
+		map { $_->{pid} } @w);
+	for my $s (@w)
+	{
+		my ($out, $state) = finish_sql($s);
+		is("$out $state", ' 00000',
+			"cpu: $s->{name} ran out of wait and returned NULL");
+	}
+	my $used = 0;
+	$used += $cpu_ticks->($_->{pid}) - $before{ $_->{pid} } for @w;
+	my $hz = POSIX::sysconf(POSIX::_SC_CLK_TCK()) || 100;
+	note "cpu: ten waiters used $used ticks ($hz per second) in 2 s";
+	cmp_ok($used, '<', 0.2 * $hz,
+		'cpu: ten waiters used less than 0.2 s of CPU between them');
+
+	# The measure itself: a backend that runs a busy loop for 300 ms of
+	# wall-clock time uses a tick or more.
+	my $busy = $cpu_ticks->($w[0]{pid});
+	$w[0]{bg}->query_safe(q{
+DO $$
+DECLARE t timestamptz := clock_timestamp();
+BEGIN
+  WHILE clock_timestamp() < t + interval '300 ms' LOOP END LOOP;
+END $$;});
+	$busy = $cpu_ticks->($w[0]{pid}) - $busy;
+	note "cpu: a busy loop of 300 ms used $busy ticks";
+	cmp_ok($busy, '>', 0, 'cpu: the measure sees a busy backend');
+
+	release($node, 'cpu', $held);
+	close_session($_) for @w;
+}
+
+# 6. A waiter's failed attempt keeps no row lock (wait.c: "each attempt
+# keeps no lock when it fails"; CONTRACT §2: waiting "holds no row lock
+# ... that blocks others").  The interleaving: the waiter's attempt takes
+# its snapshot while another transaction's acquire of the name is still
+# open, and locks the row only after that acquire committed.  The
+# takeover's FOR UPDATE SKIP LOCKED then finds the row updated, locks its
+# newest version (the new, live lease) and rechecks it under READ
+# COMMITTED rules; the recheck fails, but PostgreSQL keeps the row lock
+# until the waiter's transaction ends, which is the whole wait.  The
+# holder's release (an UPDATE of that row) is then blocked until the
+# waiter gives up, and the waiter, never woken, returns NULL -- unless the
+# failed attempt is rolled back, as store.c's subtransaction does.  To make the
+# interleaving certain, a session queues for an EXCLUSIVE lock on the
+# lease table behind the open acquire, so the waiter's statement, which
+# takes its snapshot before its table lock, waits behind it; the open
+# acquire commits, then the EXCLUSIVE lock is granted and released.
+# In the free-running queues of parts 1-4 the same race strikes now and
+# then, and a hand-over then stalls until the waiter's deadline.
+{
+	my $held = acquire($node, 'rowlock', '1 min');
+	release($node, 'rowlock', $held);
+	my $holder = session($node, 'rowlock-holder');
+	my $locker = session($node, 'rowlock-locker');
+	my $waiter = session($node, 'rowlock-waiter');
+
+	# The waiter's statements are prepared in an earlier transaction, so
+	# that its attempt's snapshot comes before its table lock.
+	is( $waiter->{bg}->query_safe(
+			"SELECT dlock_acquire('rowlock-warm', '1 s') IS NOT NULL"),
+		't',
+		'row lock: the waiter is warmed up');
+
+	$holder->{bg}->query_safe('BEGIN');
+	my $tok = $holder->{bg}
+	  ->query_safe("SELECT dlock_acquire('rowlock', '1 min')");
+	like($tok, qr/^[0-9]+$/, 'row lock: an open transaction acquires');
+	$locker->{bg}->query_safe('BEGIN');
+	start_sql($locker, 'LOCK TABLE dlock_lease IN EXCLUSIVE MODE;');
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $locker->{pid}",
+			'Lock'),
+		'row lock: a table lock request queues behind the open acquire');
+	start_sql($waiter, "SELECT dlock_acquire('rowlock', '1 min', '5 s');");
+	ok( $node->poll_query_until(
+			'postgres',
+			"SELECT wait_event_type || ' ' || wait_event FROM pg_stat_activity WHERE pid = $waiter->{pid}",
+			'Lock relation'),
+		'row lock: the waiter attempts and waits for the table lock');
+	$holder->{bg}->query_safe('COMMIT');
+	my ($out, $state) = finish_sql($locker);
+	is($state, '00000', 'row lock: the table lock is granted');
+	$locker->{bg}->query_safe('COMMIT');
+	wait_for_waiters($node, 1, 'row lock: the waiter waits in dlock',
+		$waiter->{pid});
+
+	# lock_timeout only ends a wait for a lock; a release that waits for
+	# nobody never reaches it.
+	my ($stdout, $stderr) = psql_error($node,
+		"SET lock_timeout = '2s';\nSELECT dlock_release('rowlock', $tok)");
+	($out, $state) = finish_sql($waiter);
+	is($stdout, "t\nfalse 00000",
+		'row lock: the holder releases without waiting for the waiter');
+	like($out, qr/\A[0-9]+\z/,
+		'row lock: the waiter gets the lease after the release');
+	note "row lock: release said: $stdout $stderr";
+	close_session($_) for ($holder, $locker, $waiter);
+}
+
+$node->stop;
+
+# 7. Without preload, waiting polls.
+my $plain = PostgreSQL::Test::Cluster->new('dlock_nopreload');
+$plain->init;
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+is($plain->safe_psql('postgres', 'SHOW shared_preload_libraries'),
+	'', 'no preload: dlock is not preloaded');
+{
+	my $held = acquire($plain, 'poll', '10 min');
+	my $w = session($plain, 'poll');
+	start_sql($w, "SELECT dlock_acquire('poll', '1 min', '10 s');");
+	wait_for_waiters($plain, 1,
+		'no preload: the waiter shows the Extension wait event', $w->{pid});
+	release($plain, 'poll', $held);
+	my ($out, $state) = finish_sql($w);
+	like($out, qr/\A[0-9]+\z/,
+		'no preload: the waiter got a token after the release');
+	is($state, '00000', 'no preload: the waiter raised nothing');
+	cmp_ok($out, '>', $held, 'no preload: its token is newer');
+	is( $plain->safe_psql(
+			'postgres',
+			"SELECT dlock_acquire('poll', '1 min', '300 ms') IS NULL"),
+		't',
+		'no preload: a waiter on a held lease runs out of wait and gets NULL');
+	close_session($w);
+}
+$plain->stop;
+
+done_testing();
