@@ -4,6 +4,7 @@
 #   make install         install it into the PostgreSQL that PG_CONFIG names
 #   make test            install what is missing, build, install, run every suite
 #   make demo            the life of a lease on a throwaway cluster
+#   make bench           measure on a throwaway cluster (not part of make test)
 #   make installcheck    pg_regress against a temporary instance (as a non-root user)
 #
 # PG_CONFIG may be overridden: make PG_CONFIG=/path/to/pg_config
@@ -30,14 +31,17 @@ PG_CONFIG ?= $(firstword $(wildcard /usr/lib/postgresql/15/bin/pg_config) pg_con
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 .DEFAULT_GOAL := all
 
-# The two commands of the README.  They install what they need first, so
-# they must work before PostgreSQL's development files are there.
-.PHONY: test demo
+# The README's commands (test and demo, and bench).  They install what they
+# need first, so they must work before PostgreSQL's development files are there.
+.PHONY: test demo bench
 test:
 	@test/run-tests
 
 demo:
 	@test/demo
+
+bench:
+	@bench/run
 
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
