@@ -133,3 +133,14 @@ COMMENT ON FUNCTION @extschema@.dlock_fence() IS
     'dlock: BEFORE INSERT OR UPDATE row trigger rejecting writes whose fencing token is not current; arguments: lock name template, token column [, latest | live]';
 
 GRANT EXECUTE ON FUNCTION @extschema@.dlock_fence() TO PUBLIC;
+
+CREATE FUNCTION @extschema@.dlock_purge(
+    older_than pg_catalog.interval)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'dlock_purge'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_purge(pg_catalog.interval) IS
+    'dlock: delete the rows of leases that ended more than older_than ago (for operators); returns how many';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.dlock_purge(pg_catalog.interval) FROM PUBLIC;

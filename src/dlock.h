@@ -68,6 +68,7 @@ extern DlockStoreOutcome DlockStoreRelease(Oid fn_oid, text *lock_name,
 										   int64 token, TimestampTz now,
 										   Oid *holder);
 extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now);
+extern int64 DlockStorePurge(Oid fn_oid, TimestampTz cutoff);
 
 /* The lease behind a fenced write, as the fence trigger sees it. */
 typedef struct DlockFenceLease

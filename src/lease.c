@@ -47,6 +47,7 @@ PG_FUNCTION_INFO_V1(dlock_acquire);
 PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_break);
+PG_FUNCTION_INFO_V1(dlock_purge);
 
 /*
  * check_writable raises 25006 when leases cannot be changed here: on a hot
@@ -433,4 +434,38 @@ dlock_break(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * dlock_purge(older_than interval) returns bigint: how many lease rows it
+ * deleted, those whose lease ended (expired, released or broken) more than
+ * older_than ago.  A purged name counts as never acquired; its next acquire
+ * still gets a greater token.  For operators: EXECUTE is revoked from
+ * PUBLIC.  Never waits for an open transaction (it skips the rows they
+ * lock).  Raises 22004 for NULL, 22023 for a negative older_than, 25006 on
+ * a standby.
+ */
+Datum
+dlock_purge(PG_FUNCTION_ARGS)
+{
+	Interval   *older_than;
+	Interval	zero = {0};
+	TimestampTz now;
+	TimestampTz cutoff;
+
+	check_writable("dlock_purge");
+	arg_not_null(fcinfo, 0, "older_than");
+	older_than = PG_GETARG_INTERVAL_P(0);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("older_than must not be negative"),
+				 errdetail("The older_than given is \"%s\".", interval_text(older_than))));
+
+	now = GetCurrentTimestamp();
+	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													 TimestampTzGetDatum(now),
+													 IntervalPGetDatum(older_than)));
+	PG_RETURN_INT64(DlockStorePurge(fcinfo->flinfo->fn_oid, cutoff));
 }

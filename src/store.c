@@ -101,6 +101,9 @@
 
 #include "dlock.h"
 
+/* Rows dlock_purge deletes per statement. */
+#define DLOCK_PURGE_BATCH		1000
+
 /* field4 of dlock's advisory lock tags; the SQL advisory functions use 1 and 2 */
 #define DLOCK_LOCKTAG_CLASS		0xD10C
 
@@ -115,6 +118,7 @@ typedef enum DlockStmt
 	STMT_BREAK,
 	STMT_FENCE,					/* the lease behind a fenced write */
 	STMT_FENCE_LIVE,			/* same, locking the row FOR KEY SHARE */
+	STMT_PURGE,					/* delete a batch of long-ended leases */
 	NUM_STMTS
 } DlockStmt;
 
@@ -210,6 +214,29 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
 		" FOR KEY SHARE",
 		1, {TEXTOID}
+	},
+
+	/*
+	 * STMT_PURGE: $1 cutoff, $2 the last name of the previous batch.  Takes
+	 * the next DLOCK_PURGE_BATCH rows in name order whose lease ended
+	 * before the cutoff, skipping rows an open transaction has locked, and
+	 * deletes them; returns how many it deleted and the batch's last name
+	 * (NULL when there was nothing left).
+	 */
+	{
+		"WITH victims AS ("
+		" SELECT c.lock_name FROM %1$s.dlock_lease c"
+		" WHERE c.lock_name OPERATOR(pg_catalog.>) $2"
+		" AND c.expires_at OPERATOR(pg_catalog.<) $1"
+		" ORDER BY c.lock_name LIMIT " CppAsString2(DLOCK_PURGE_BATCH)
+		" FOR UPDATE SKIP LOCKED),"
+		" gone AS ("
+		" DELETE FROM %1$s.dlock_lease l USING victims v"
+		" WHERE l.lock_name OPERATOR(pg_catalog.=) v.lock_name"
+		" RETURNING 1)"
+		" SELECT (SELECT pg_catalog.count(*) FROM gone),"
+		" (SELECT pg_catalog.max(v.lock_name) FROM victims v)",
+		2, {TIMESTAMPTZOID, TEXTOID}
 	},
 };
 
@@ -717,6 +744,61 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 	c.values[0] = PointerGetDatum(lock_name);
 	c.values[1] = TimestampTzGetDatum(now);
 	return store_in_subxact(fn_oid, change_op, &c);
+}
+
+/* Arguments and result of a purge. */
+typedef struct PurgeOp
+{
+	TimestampTz cutoff;
+	int64		deleted;		/* out */
+} PurgeOp;
+
+/*
+ * purge_op deletes, batch by batch in name order, the rows whose lease
+ * ended before the cutoff; a StoreOp.  Skips rows an open transaction has
+ * locked (an acquire taking the name over, say), so it never waits.
+ */
+static bool
+purge_op(void *arg)
+{
+	PurgeOp    *p = (PurgeOp *) arg;
+	Datum		values[2];
+	text	   *last = cstring_to_text("");
+
+	p->deleted = 0;
+	values[0] = TimestampTzGetDatum(p->cutoff);
+	for (;;)
+	{
+		bool		isnull;
+		Datum		d;
+
+		CHECK_FOR_INTERRUPTS();
+		values[1] = PointerGetDatum(last);
+		store_exec(STMT_PURGE, values, SPI_OK_SELECT);
+		p->deleted += DatumGetInt64(store_result_datum(1, &isnull));
+		d = store_result_datum(2, &isnull);
+		if (isnull)
+			break;
+		/* copy out of SPI's result memory before the next statement */
+		last = DatumGetTextPCopy(d);
+	}
+	return p->deleted > 0;
+}
+
+/*
+ * DlockStorePurge deletes the rows whose lease ended (expired, released or
+ * broken) before cutoff and returns how many.  Their names then count as
+ * never acquired.  Deletes in batches of DLOCK_PURGE_BATCH rows, skipping
+ * rows locked by an open transaction.  Runs in a subtransaction.
+ */
+int64
+DlockStorePurge(Oid fn_oid, TimestampTz cutoff)
+{
+	PurgeOp		p;
+
+	p.cutoff = cutoff;
+	(void) store_in_subxact(fn_oid, purge_op, &p);
+	return p.deleted;
 }
 
 /*

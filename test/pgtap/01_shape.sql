@@ -8,7 +8,7 @@
 
 \ir preamble.psql
 
-SELECT plan(45);
+SELECT plan(50);
 
 -- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -66,6 +66,18 @@ SELECT isnt_strict(:'dlock_schema', 'dlock_break', ARRAY['text'],
 SELECT isnt_definer(:'dlock_schema', 'dlock_break', ARRAY['text'],
     'dlock_break is not SECURITY DEFINER');
 
+-- dlock_purge(older_than interval) -> bigint
+SELECT has_function(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
+    'dlock_purge(interval) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_purge', ARRAY['interval'], 'bigint',
+    'dlock_purge returns bigint');
+SELECT volatility_is(:'dlock_schema', 'dlock_purge', ARRAY['interval'], 'volatile',
+    'dlock_purge is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
+    'dlock_purge is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
+    'dlock_purge is not SECURITY DEFINER');
+
 -- dlock_fence() -> trigger
 SELECT has_function(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'dlock_fence() exists in the extension''s schema');
@@ -90,15 +102,16 @@ SELECT results_eq(
          'f', 'u', 'dlock_acquire', '$libdir/dlock'),
         ('dlock_break', 'lock_name text', 'f', 'u', 'dlock_break', '$libdir/dlock'),
         ('dlock_fence', '', 'f', 'u', 'dlock_fence', '$libdir/dlock'),
+        ('dlock_purge', 'older_than interval', 'f', 'u', 'dlock_purge', '$libdir/dlock'),
         ('dlock_release', 'lock_name text, token bigint', 'f', 'u', 'dlock_release', '$libdir/dlock'),
         ('dlock_renew', 'lock_name text, token bigint, ttl interval', 'f', 'u', 'dlock_renew', '$libdir/dlock')$$,
     'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL), PARALLEL UNSAFE, and C symbols named after them'
 );
 SELECT is(
     (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
-      WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence')),
-    5::bigint,
-    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break or dlock_fence'
+      WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence', 'dlock_purge')),
+    6::bigint,
+    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence or dlock_purge'
 );
 
 -- The view.
@@ -166,8 +179,9 @@ SELECT set_eq(
              (true, 'function dlock_renew(text,bigint,interval)'),
              (true, 'function dlock_release(text,bigint)'),
              (true, 'function dlock_break(text)'),
-             (true, 'function dlock_fence()')$$,
-    'the members of extension dlock are exactly its table, sequence, view and five functions, all in the extension''s schema'
+             (true, 'function dlock_fence()'),
+             (true, 'function dlock_purge(interval)')$$,
+    'the members of extension dlock are exactly its table, sequence, view and six functions, all in the extension''s schema'
 );
 -- Objects that are not members themselves (the primary key index, the row
 -- types) must still belong to a member, so DROP EXTENSION removes them: no

@@ -10,7 +10,7 @@
 
 \ir preamble.psql
 
-SELECT plan(33);
+SELECT plan(35);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -21,6 +21,8 @@ SELECT function_privs_are(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigin
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_release');
 SELECT function_privs_are(:'dlock_schema', 'dlock_break', ARRAY['text'],
     'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_break');
+SELECT function_privs_are(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
+    'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_purge');
 SELECT function_privs_are(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_fence (so any table owner can protect a table)');
 SELECT table_privs_are(:'dlock_schema', 'dlock_leases', 'public', ARRAY['SELECT'],
@@ -148,6 +150,12 @@ SELECT throws_ok(
     $$SELECT dlock_break('tap:priv:plain')$$,
     '42501', 'permission denied for function dlock_break',
     'an ordinary role cannot call dlock_break'
+);
+
+SELECT throws_ok(
+    $$SELECT dlock_purge('0')$$,
+    '42501', 'permission denied for function dlock_purge',
+    'an ordinary role cannot purge leases'
 );
 
 -- What it can do: take, renew and release a lease, and read it.
