@@ -59,8 +59,8 @@ typedef enum DlockStoreOutcome
 
 extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
 								 Oid holder, TimestampTz now,
-								 TimestampTz expires, int64 *token,
-								 TimestampTz *held_until);
+								 TimestampTz expires, bool isolate,
+								 int64 *token, TimestampTz *held_until);
 extern DlockStoreOutcome DlockStoreRenew(Oid fn_oid, text *lock_name,
 										 int64 token, TimestampTz now,
 										 TimestampTz expires, Oid *holder);

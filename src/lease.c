@@ -291,6 +291,7 @@ typedef struct AcquireArgs
 	text	   *owner;
 	Oid			holder;
 	Interval   *ttl;
+	bool		waiting;		/* attempts of a waiting acquire */
 	int64		token;
 } AcquireArgs;
 
@@ -305,8 +306,8 @@ acquire_attempt(void *arg, TimestampTz *held_until)
 	TimestampTz now = GetCurrentTimestamp();
 
 	return DlockStoreTryAcquire(a->fn_oid, a->lock_name, a->owner, a->holder,
-								now, lease_expiry(now, a->ttl), &a->token,
-								held_until);
+								now, lease_expiry(now, a->ttl), a->waiting,
+								&a->token, held_until);
 }
 
 /*
@@ -347,7 +348,8 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	(void) lease_expiry(start, args.ttl);
 	deadline = timestamp_plus(start, wait);
 
-	if (deadline <= start)
+	args.waiting = (deadline > start);
+	if (!args.waiting)
 		granted = acquire_attempt(&args, &held_until);
 	else
 		granted = DlockWaitAcquire(args.lock_name, deadline, acquire_attempt,

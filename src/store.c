@@ -47,10 +47,13 @@
  *   theirs), and take FOR NO KEY UPDATE, which does not conflict with the
  *   FOR KEY SHARE lock a fenced writer holds.
  *
- * - Acquire, renew, release and break each run in a subtransaction that is
- *   kept only when they changed a lease (store_in_subxact): a failed
- *   attempt keeps no row lock and no name lock, even where READ COMMITTED
- *   rules locked a row version that then no longer qualified.
+ * - The attempts of a waiting acquire, and acquire, renew, release and
+ *   break inside a transaction block, each run in a subtransaction that is
+ *   kept only when they changed a lease (store_run): a failed attempt
+ *   keeps no row lock and no name lock, even where READ COMMITTED rules
+ *   locked a row version that then no longer qualified.  Outside a
+ *   transaction block such a lock lasts only until the calling statement
+ *   ends (at once for a plain SELECT dlock_acquire(...)).
  *
  * - The fence trigger reads the lease of a name with a fresh snapshot and
  *   no row lock ('latest' mode), or locks it FOR KEY SHARE ('live' mode),
@@ -81,21 +84,28 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/relation.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lock.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/resowner.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
@@ -116,8 +126,7 @@ typedef enum DlockStmt
 	STMT_RELEASE,
 	STMT_HOLDER,				/* who holds the row (for the role check) */
 	STMT_BREAK,
-	STMT_FENCE,					/* the lease behind a fenced write */
-	STMT_FENCE_LIVE,			/* same, locking the row FOR KEY SHARE */
+	STMT_FENCE_LIVE,			/* the lease behind a live-mode fenced write */
 	STMT_PURGE,					/* delete a batch of long-ended leases */
 	NUM_STMTS
 } DlockStmt;
@@ -202,12 +211,6 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" RETURNING l.token",
 		2, {TEXTOID, TIMESTAMPTZOID}
 	},
-	/* STMT_FENCE */
-	{
-		"SELECT l.token, l.released, l.expires_at FROM %1$s.dlock_lease l"
-		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID}
-	},
 	/* STMT_FENCE_LIVE */
 	{
 		"SELECT l.token, l.released, l.expires_at FROM %1$s.dlock_lease l"
@@ -248,6 +251,7 @@ typedef struct DlockStoreCache
 	Oid			nspid;			/* the extension's schema */
 	Oid			leaserelid;		/* dlock_lease */
 	Oid			seqrelid;		/* dlock_token_seq */
+	Oid			pkeyid;			/* dlock_lease_pkey */
 	Oid			owner;			/* owner of dlock_lease */
 	SPIPlanPtr	plans[NUM_STMTS];
 } DlockStoreCache;
@@ -278,6 +282,16 @@ store_relcache_callback(Datum arg, Oid relid)
 }
 
 /*
+ * store_cache_current reports whether store_cache is valid for the schema
+ * of the SQL function fn_oid.
+ */
+static bool
+store_cache_current(Oid fn_oid)
+{
+	return store_cache.valid && store_cache.nspid == get_func_namespace(fn_oid);
+}
+
+/*
  * store_prepare_cache makes store_cache valid for the schema of the SQL
  * function fn_oid: finds dlock_lease and its owner and prepares every
  * statement.  Must run inside SPI_connect.  Raises if the extension's
@@ -286,7 +300,7 @@ store_relcache_callback(Datum arg, Oid relid)
 static void
 store_prepare_cache(Oid fn_oid)
 {
-	Oid			nspid = get_func_namespace(fn_oid);
+	Oid			nspid;
 	char	   *nspname;
 	const char *qnsp;
 	Oid			relid;
@@ -294,8 +308,9 @@ store_prepare_cache(Oid fn_oid)
 	uint64		inval_start;
 	int			i;
 
-	if (store_cache.valid && store_cache.nspid == nspid)
+	if (store_cache_current(fn_oid))
 		return;
+	nspid = get_func_namespace(fn_oid);
 	store_cache.valid = false;
 	inval_start = store_cache.inval_count;
 
@@ -331,6 +346,14 @@ store_prepare_cache(Oid fn_oid)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("token sequence of extension \"dlock\" is missing"),
 				 errdetail("Sequence \"%s.dlock_token_seq\" does not exist.", nspname),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+
+	store_cache.pkeyid = get_relname_relid("dlock_lease_pkey", nspid);
+	if (!OidIsValid(store_cache.pkeyid))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table index of extension \"dlock\" is missing"),
+				 errdetail("Index \"%s.dlock_lease_pkey\" does not exist.", nspname),
 				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
 
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
@@ -499,22 +522,37 @@ flush_token_wal(void)
 typedef bool (*StoreOp) (void *arg);
 
 /*
- * store_in_subxact runs op in a subtransaction of its own, keeps it when op
- * returns true and rolls it back otherwise, and returns op's result.  The
- * rollback matters: under READ COMMITTED rules a row lock can outlive a
- * failed attempt (FOR UPDATE, or an UPDATE, follows a concurrently updated
- * row to its newest version, locks it, and only then finds that it no
- * longer qualifies), and that lock would block the lease's holder until
- * the caller's transaction ends, which for a waiting acquire is its whole
- * wait.  Rolling back releases it, and dlock's name lock too.  An error
- * rolls the subtransaction back and is re-thrown.
+ * store_run runs op between store_begin and store_end and returns its
+ * result.  With isolate it does so in a subtransaction of its own, kept
+ * when op returns true and rolled back otherwise.  The rollback matters
+ * where the caller's transaction goes on after the call: under READ
+ * COMMITTED rules a row lock can outlive a failed attempt (FOR UPDATE, or
+ * an UPDATE, follows a concurrently updated row to its newest version,
+ * locks it, and only then finds that it no longer qualifies), and that
+ * lock would block the lease's holder until the caller's transaction ends,
+ * which for a waiting acquire is its whole wait.  Rolling back releases it,
+ * and dlock's name lock too.  The callers isolate a waiting acquire's
+ * attempts and every call made inside a transaction block; a single call
+ * in autocommit mode ends its transaction at once, and a subtransaction
+ * there would only cost time.  An error rolls the subtransaction back and
+ * is re-thrown.
  */
 static bool
-store_in_subxact(Oid fn_oid, StoreOp op, void *arg)
+store_run(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
 	volatile bool keep = false;
+
+	if (!isolate)
+	{
+		DlockStoreSession session;
+
+		store_begin(fn_oid, &session);
+		keep = op(arg);
+		store_end(&session);
+		return keep;
+	}
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
@@ -623,12 +661,14 @@ acquire_op(void *arg)
  * row is locked, or its first row is being inserted).  Never waits for
  * another transaction (see the protocol above); a grant keeps dlock's name
  * lock when it inserted the name's first row.  A granted token's sequence
- * WAL is flushed before this returns.  Runs in a subtransaction.
+ * WAL is flushed before this returns.  With isolate (an attempt of a
+ * waiting acquire), or inside a transaction block, runs in a subtransaction
+ * (store_run) so that a failed attempt keeps no lock at all.
  */
 bool
 DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
-					 TimestampTz now, TimestampTz expires, int64 *token,
-					 TimestampTz *held_until)
+					 TimestampTz now, TimestampTz expires, bool isolate,
+					 int64 *token, TimestampTz *held_until)
 {
 	AcquireOp	a;
 	bool		granted;
@@ -643,7 +683,7 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 	a.token = 0;
 	a.held_until = 0;
 
-	granted = store_in_subxact(fn_oid, acquire_op, &a);
+	granted = store_run(fn_oid, acquire_op, &a, isolate || IsTransactionBlock());
 	*token = a.token;
 	*held_until = a.held_until;
 	return granted;
@@ -693,7 +733,8 @@ change_op(void *arg)
  * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
  * otherwise whether a row exists; *holder is the row's holder role.  The
  * caller checks the role and raises if it must: the error undoes the
- * update.  Runs in a subtransaction (kept only when it renewed).
+ * update.  Inside a transaction block, runs in a subtransaction (kept only
+ * when it renewed; see store_run).
  */
 DlockStoreOutcome
 DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
@@ -706,7 +747,7 @@ DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 	c.values[1] = Int64GetDatum(token);
 	c.values[2] = TimestampTzGetDatum(now);
 	c.values[3] = TimestampTzGetDatum(expires);
-	(void) store_in_subxact(fn_oid, change_op, &c);
+	(void) store_run(fn_oid, change_op, &c, IsTransactionBlock());
 	*holder = c.holder;
 	return c.outcome;
 }
@@ -725,7 +766,7 @@ DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 	c.values[0] = PointerGetDatum(lock_name);
 	c.values[1] = Int64GetDatum(token);
 	c.values[2] = TimestampTzGetDatum(now);
-	(void) store_in_subxact(fn_oid, change_op, &c);
+	(void) store_run(fn_oid, change_op, &c, IsTransactionBlock());
 	*holder = c.holder;
 	return c.outcome;
 }
@@ -733,7 +774,8 @@ DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 /*
  * DlockStoreBreak ends whatever live lease holds lock_name, at now.
  * Returns true when there was one.  May wait for a concurrent transaction
- * that is changing the row.  Runs in a subtransaction.
+ * that is changing the row.  Inside a transaction block, runs in a
+ * subtransaction (see store_run).
  */
 bool
 DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
@@ -743,7 +785,7 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 	c.stmt = STMT_BREAK;
 	c.values[0] = PointerGetDatum(lock_name);
 	c.values[1] = TimestampTzGetDatum(now);
-	return store_in_subxact(fn_oid, change_op, &c);
+	return store_run(fn_oid, change_op, &c, IsTransactionBlock());
 }
 
 /* Arguments and result of a purge. */
@@ -797,15 +839,54 @@ DlockStorePurge(Oid fn_oid, TimestampTz cutoff)
 	PurgeOp		p;
 
 	p.cutoff = cutoff;
-	(void) store_in_subxact(fn_oid, purge_op, &p);
+	(void) store_run(fn_oid, purge_op, &p, true);
 	return p.deleted;
+}
+
+/*
+ * fence_read_direct reads the lease of lock_name into *lease straight from
+ * the primary key index and the heap, with a fresh snapshot and no row
+ * lock: the 'latest' fence's hot path, without SPI's per-statement
+ * executor setup.  The same MVCC read as STMT_FENCE.  Takes AccessShareLock
+ * on the table and the index, kept until the transaction ends.
+ */
+static void
+fence_read_direct(text *lock_name, DlockFenceLease *lease)
+{
+	Relation	rel = table_open(store_cache.leaserelid, AccessShareLock);
+	Relation	idx = index_open(store_cache.pkeyid, AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	IndexScanDesc scan;
+	ScanKeyData key;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = index_beginscan(rel, idx, snap, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	lease->found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (lease->found)
+	{
+		bool		isnull;
+
+		lease->token = DatumGetInt64(slot_getattr(slot, 2, &isnull));
+		lease->expires_at = DatumGetTimestampTz(slot_getattr(slot, 7, &isnull));
+		lease->released = DatumGetBool(slot_getattr(slot, 8, &isnull));
+	}
+	index_endscan(scan);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
 }
 
 /*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
  * lock_row it also locks the row FOR KEY SHARE until the transaction ends,
- * waiting for a concurrent transaction that holds a conflicting lock on it.
+ * waiting for a concurrent transaction that holds a conflicting lock on it
+ * (through SPI, whose executor follows the row to its newest version);
+ * without, it reads the row directly (fence_read_direct).
  */
 void
 DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
@@ -814,11 +895,24 @@ DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 	DlockStoreSession session;
 	Datum		values[1];
 
-	values[0] = PointerGetDatum(lock_name);
+	if (!lock_row)
+	{
+		if (!store_cache_current(fn_oid))
+		{
+			/* (re)building the cache prepares the statements: needs SPI */
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "SPI_connect failed");
+			store_prepare_cache(fn_oid);
+			if (SPI_finish() != SPI_OK_FINISH)
+				elog(ERROR, "SPI_finish failed");
+		}
+		fence_read_direct(lock_name, lease);
+		return;
+	}
 
+	values[0] = PointerGetDatum(lock_name);
 	store_begin(fn_oid, &session);
-	lease->found = (store_exec(lock_row ? STMT_FENCE_LIVE : STMT_FENCE, values,
-							   SPI_OK_SELECT) == 1);
+	lease->found = (store_exec(STMT_FENCE_LIVE, values, SPI_OK_SELECT) == 1);
 	if (lease->found)
 	{
 		bool		isnull;

@@ -15,8 +15,10 @@
  *     name's lease: acquire, renew, release, break.  So a release wakes a
  *     waiter only once it has committed, and a rolled-back release wakes
  *     one that then finds the lease still held and sleeps again;
- *   - when the head leaves the queue (granted, timed out, cancelled or
- *     terminated), so the next waiter takes its turn.
+ *   - when the head leaves the queue without the lease (timed out,
+ *     cancelled or terminated), so the next waiter takes its turn.  A head
+ *     that got the lease leaves the next one asleep: the end of its own
+ *     transaction, which changed the lease, wakes it.
  *
  * A new waiter queues behind existing waiters of its name without trying
  * first, so waiters are served in arrival order; an acquire that does not
@@ -160,15 +162,15 @@ queue_join(uint64 hash)
 }
 
 /*
- * queue_leave gives up this backend's slot, if it holds one, and wakes the
- * new head of its queue.  Takes the dlock LWLock exclusively.  Safe to call
- * from error and exit paths.
+ * queue_leave gives up this backend's slot, if it holds one, and with
+ * wake_next wakes the new head of its queue.  Takes the dlock LWLock
+ * exclusively.  Safe to call from error and exit paths.
  */
 static void
-queue_leave(void)
+queue_leave(bool wake_next)
 {
 	DlockWaiter *me;
-	int			head;
+	int			head = -1;
 
 	if (!slot_taken)
 		return;
@@ -177,7 +179,8 @@ queue_leave(void)
 	me->in_use = false;
 	pg_atomic_fetch_sub_u32(BUCKET_OF(me->hash), 1);
 	slot_taken = false;
-	head = queue_head_locked(me->hash);
+	if (wake_next)
+		head = queue_head_locked(me->hash);
 	LWLockRelease(DlockShmem->lock);
 	if (head >= 0)
 		SetLatch(DlockProcLatch(head));
@@ -206,7 +209,7 @@ static void
 wait_exit_callback(int code, Datum arg)
 {
 	if (slot_taken && DlockShmem != NULL)
-		queue_leave();
+		queue_leave(true);
 }
 
 /*
@@ -320,7 +323,13 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 	}
 	PG_FINALLY();
 	{
-		queue_leave();
+		/*
+		 * A waiter that got the lease leaves the next one asleep: its own
+		 * transaction's end wakes it (DlockWakeAtXactEnd), when the new
+		 * lease is visible.  Waking it now would only make it find the
+		 * grant uncommitted and poll.
+		 */
+		queue_leave(!granted);
 	}
 	PG_END_TRY();
 
