@@ -1,0 +1,87 @@
+# bench/workloads/40-cycle.sh: throughput of acquire+release cycles on
+# random names, 8 clients: dlock vs the hand-written PL/pgSQL lease of
+# bench/plpgsql_lease.sql (R1, target >= 2.0) and vs pg_try_advisory_lock +
+# pg_advisory_unlock (R2, target >= 0.7), and, for scale, two plain
+# single-row UPDATEs (the least a lease kept in a table writes per cycle),
+# measured with pgbench in alternating runs (bench_alternate).  Preload
+# cluster only.  Sourced by bench/run.
+
+[ "$BENCH_CLUSTER" = preload ] || return 0
+
+names=100000
+bench_say "R1/R2: acquire+release cycles on $names random names, 8 clients ($BENCH_TP_RUNS alternating runs of ${BENCH_TP_SECONDS} s per side)"
+bench_database dlock_cycle
+bench_sql -f "$DLOCK_TOP/bench/plpgsql_lease.sql" >/dev/null
+
+# Every name already has an ended lease, in both tables, so that every run
+# measures the steady state of a recurring set of names (takeover of an
+# ended lease) rather than the first creation of some names.  Autovacuum
+# is off for the three tables: each run starts from a freshly vacuumed
+# table instead (bench_side), as pgbench does with its own tables, so
+# that an autovacuum landing in some runs and not others adds no noise.
+bench_sql >/dev/null <<SQL
+INSERT INTO dlock_lease
+SELECT 'r:' || i, nextval('dlock_token_seq'), 'bench', 'postgres'::regrole,
+       now(), now(), now(), true
+  FROM generate_series(1, $names) i;
+INSERT INTO bench_lease
+SELECT 'r:' || i, nextval('bench_lease_token_seq'), 'bench', now(), now()
+  FROM generate_series(1, $names) i;
+CREATE TABLE bench_row (id int PRIMARY KEY, v bigint NOT NULL) WITH (fillfactor = 70);
+INSERT INTO bench_row SELECT i, 0 FROM generate_series(1, $names) i;
+ALTER TABLE dlock_lease SET (autovacuum_enabled = off);
+ALTER TABLE bench_lease SET (autovacuum_enabled = off);
+ALTER TABLE bench_row SET (autovacuum_enabled = off);
+ANALYZE;
+SQL
+
+# bench_side SIDE SECONDS: one run of SIDE (dlock, plpgsql, advisory or
+# update, the last one for scale: two plain UPDATEs, no lock).
+bench_side() {
+    case $1 in
+        dlock) bench_sql -c "VACUUM dlock_lease" ;;
+        plpgsql) bench_sql -c "VACUUM bench_lease" ;;
+        update) bench_sql -c "VACUUM bench_row" ;;
+    esac
+    bench_pgbench "cycle-$1.sql" -c 8 -j 2 -T "$2" -r -D names="$names"
+}
+bench_alternate "$BENCH_TP_RUNS" "$BENCH_TP_SECONDS" dlock plpgsql advisory update
+
+# cell SIDE: "median tps (min–max)".
+cell() {
+    printf '%s tps (%s)\n' "$(bench_round "$(bench_median "$1" tps)")" "$(bench_spread "$1" tps)"
+}
+dlock=$(bench_median dlock tps)
+plpgsql=$(bench_median plpgsql tps)
+advisory=$(bench_median advisory tps)
+r1=$(bench_ratio "$dlock" "$plpgsql")
+r2=$(bench_ratio "$dlock" "$advisory")
+
+bench_row "Cycles on 100k random names, 8 clients: dlock (median, min–max of runs)" "$(cell dlock)"
+bench_row "Cycles on 100k random names, 8 clients: hand-written PL/pgSQL lease" "$(cell plpgsql)"
+bench_row "Cycles on 100k random names, 8 clients: pg_try_advisory_lock + pg_advisory_unlock" "$(cell advisory)"
+bench_row "For scale, no lock: two single-row UPDATEs of a random row (of $names), each its own transaction" "$(cell update)"
+bench_row "R1 = dlock / PL/pgSQL lease (ratio of medians; range of the rounds' ratios)" \
+    "$r1 ($(bench_ratio_spread dlock plpgsql tps))" "≥ 2.0" "$(bench_ge "$r1" 2.0)"
+bench_row "R2 = dlock / advisory locks" "$r2 ($(bench_ratio_spread dlock advisory tps))" "≥ 0.7" "$(bench_ge "$r2" 0.7)"
+update=$(bench_median update tps)
+bench_row "Two plain UPDATEs / PL/pgSQL lease (R1 ceiling for a lease that writes a row per acquire and per release)" \
+    "$(bench_ratio "$update" "$plpgsql")"
+bench_row "Two plain UPDATEs / advisory locks (R2 ceiling for such a lease)" \
+    "$(bench_ratio "$update" "$advisory")"
+
+# stmts SIDE: "acquire / release ms", the per-statement latencies (-r),
+# medians over the runs.
+stmts() {
+    printf '%s / %s ms\n' "$(bench_round "$(bench_median "$1" "stmt:$2")" 3)" \
+        "$(bench_round "$(bench_median "$1" "stmt:$3")" 3)"
+}
+bench_row "Cycles, per statement (pgbench -r, 8 clients on 2 CPUs): dlock acquire / release" \
+    "$(stmts dlock dlock_acquire dlock_release)"
+bench_row "Cycles, per statement: PL/pgSQL acquire / release" \
+    "$(stmts plpgsql bench_lease_acquire bench_lease_release)"
+bench_row "Cycles, per statement: pg_try_advisory_lock / pg_advisory_unlock" \
+    "$(stmts advisory pg_try_advisory_lock pg_advisory_unlock)"
+
+bench_note "Cycles (R1, R2): pgbench -c 8 -j 2 -M prepared -r, scripts bench/pgbench/cycle-*.sql: a random name of $names (r:1 … r:$names; advisory: the key 1 … $names), acquire with a 30 s TTL, then release with the token: two statements, each its own transaction, as an application does it (dlock_acquire, then dlock_release; bench_lease_acquire, then bench_lease_release; pg_try_advisory_lock, then pg_advisory_unlock). A name another client holds gives NULL and no release (rare with $names names). Every name starts with an ended lease, so the runs measure takeovers of ended leases, not first inserts. The PL/pgSQL lease is bench/plpgsql_lease.sql (INSERT … ON CONFLICT DO UPDATE … WHERE expired … RETURNING with nextval; release as an UPDATE guarded by name and token). \"Two single-row UPDATEs\" (bench/pgbench/cycle-update.sql) is not a lock: it writes and commits the least that a lease keeping its state in a table writes per cycle (one row version per acquire and one per release, each committed), so its tps bounds what such a lease can reach on this machine."
+bench_note "Throughput comparisons: after a 1 s warm-up run of each side, $BENCH_TP_RUNS measured runs of $BENCH_TP_SECONDS s per side, the sides alternating in order, then in reverse order (A B C, C B A, A B C …); a side's figure is the median of its runs' tps (pgbench, without connection time), shown with the min–max of its runs; a ratio is a ratio of medians. Every run starts after a CHECKPOINT; the tables written by a throughput run have autovacuum off and are vacuumed just before each run of their side (as pgbench vacuums its own tables), so the figures leave out vacuum's work. pgbench runs on the same 2 CPUs as the server. Per-statement latencies are pgbench -r averages under that load (queueing included): they show where a cycle's time goes, not single-client latency."
