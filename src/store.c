@@ -522,6 +522,22 @@ flush_token_wal(void)
 typedef bool (*StoreOp) (void *arg);
 
 /*
+ * store_op_session runs op between store_begin and store_end and returns
+ * its result.
+ */
+static bool
+store_op_session(Oid fn_oid, StoreOp op, void *arg)
+{
+	DlockStoreSession session;
+	bool		keep;
+
+	store_begin(fn_oid, &session);
+	keep = op(arg);
+	store_end(&session);
+	return keep;
+}
+
+/*
  * store_run runs op between store_begin and store_end and returns its
  * result.  With isolate it does so in a subtransaction of its own, kept
  * when op returns true and rolled back otherwise.  The rollback matters
@@ -545,24 +561,13 @@ store_run(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 	volatile bool keep = false;
 
 	if (!isolate)
-	{
-		DlockStoreSession session;
-
-		store_begin(fn_oid, &session);
-		keep = op(arg);
-		store_end(&session);
-		return keep;
-	}
+		return store_op_session(fn_oid, op, arg);
 
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(oldcontext);
 	PG_TRY();
 	{
-		DlockStoreSession session;
-
-		store_begin(fn_oid, &session);
-		keep = op(arg);
-		store_end(&session);
+		keep = store_op_session(fn_oid, op, arg);
 	}
 	PG_CATCH();
 	{
