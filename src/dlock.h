@@ -5,8 +5,10 @@
  *
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
  * argument checks), store.c (all access to the lease table and the token
- * sequence), fence.c (the dlock_fence trigger), wait.c (waiting for a
- * lease: queues, wake-ups, polling), shmem.c (shared memory for waiting).
+ * sequence), token.c (token epochs: the sequence's jumps across crash,
+ * failover and restore), fence.c (the dlock_fence trigger), wait.c
+ * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory
+ * for waiting and token boot jumps).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -82,6 +84,11 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 								  DlockFenceLease *lease);
 
+/* token.c: token epochs (called by store.c, as the extension's owner) */
+extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
+extern bool DlockTokenNeedsFlush(void);
+extern void DlockTokenForget(void);
+
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024
 
@@ -92,10 +99,15 @@ typedef struct DlockWaiter
 	uint64		ticket;			/* queue position: lower waits longer */
 } DlockWaiter;
 
+/* Databases whose token boot jump a server start can record (token.c). */
+#define DLOCK_BOOT_DBS		64
+
 typedef struct DlockShared
 {
 	LWLock	   *lock;
 	uint64		next_ticket;
+	int			nboot_dbs;		/* token.c: boot jumps done this start */
+	Oid			boot_dbs[DLOCK_BOOT_DBS];
 	int			nslots;
 	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */

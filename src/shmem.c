@@ -12,11 +12,17 @@
  * process latch.  bucket_waiters counts the slots in use per hash bucket,
  * so that a release can see without taking the LWLock that nobody waits.
  *
- * Without preload, DlockShared stays NULL and wait.c polls instead.
+ * boot_dbs lists the databases whose token boot jump (token.c) this server
+ * start has done; shared memory is rebuilt at every start, crash restarts
+ * included, which is the point.
+ *
+ * Without preload, DlockShared stays NULL and wait.c polls instead (and
+ * token.c flushes WAL per grant).
  *
  * Concurrency: the "dlock" LWLock tranche has one lock.  Exclusive to
- * take or give up a slot (and its ticket and bucket count); shared to scan
- * the slots for a queue's head.  Latches are set after the lock is
+ * take or give up a slot (and its ticket and bucket count) or to add a
+ * boot_dbs entry; shared to scan the slots for a queue's head or to read
+ * boot_dbs.  Latches are set after the lock is
  * released.  bucket_waiters is changed only under the exclusive lock, with
  * full-barrier atomics, and read without the lock (see wait.c for why a
  * stale zero cannot lose a wake-up).
@@ -99,6 +105,7 @@ shmem_startup(void)
 
 		DlockShmem->lock = &(GetNamedLWLockTranche("dlock"))->lock;
 		DlockShmem->next_ticket = 1;
+		DlockShmem->nboot_dbs = 0;
 		DlockShmem->nslots = shmem_nslots();
 		for (i = 0; i < DLOCK_WAIT_BUCKETS; i++)
 			pg_atomic_init_u32(&DlockShmem->bucket_waiters[i], 0);

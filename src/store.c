@@ -68,15 +68,19 @@
  *   are unique and increasing across all names; a rolled back grant simply
  *   skips its number.
  *
- * - A token must never be handed out twice, also across a crash.  nextval()
- *   WAL-logs the sequence only every SEQ_LOG_VALS calls, logging ahead, and
- *   that record reaches disk only when some later flush covers it: if the
- *   granting transaction never commits, or commits with synchronous_commit
- *   off, a crash would restart the sequence below tokens already returned.
- *   So before returning a token, acquire flushes WAL up to the sequence
- *   page's LSN (the record that covers the token).  That costs one flush per
- *   SEQ_LOG_VALS grants at most, and nothing when a commit already flushed.
- *   Reading the LSN takes a share lock on the sequence's buffer, briefly.
+ * - A token must never be handed out twice, also across a crash, a
+ *   failover or a restore.  Before its first grant a backend has token.c
+ *   check the token epoch (and jump the sequence forward when needed; see
+ *   token.c).  nextval() WAL-logs the sequence only every SEQ_LOG_VALS
+ *   calls, logging ahead, and that record reaches disk only when some later
+ *   flush covers it: if the granting transaction never commits, or commits
+ *   with synchronous_commit off, a crash would restart the sequence below
+ *   tokens already returned.  With preload, the boot jump after every start
+ *   makes that harmless; without it (DlockTokenNeedsFlush), acquire flushes
+ *   WAL up to the sequence page's LSN (the record that covers the token)
+ *   before returning a token: one flush per SEQ_LOG_VALS grants at most, and
+ *   nothing when a commit already flushed.  Reading the LSN takes a share
+ *   lock on the sequence's buffer, briefly.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -251,6 +255,7 @@ typedef struct DlockStoreCache
 	Oid			nspid;			/* the extension's schema */
 	Oid			leaserelid;		/* dlock_lease */
 	Oid			seqrelid;		/* dlock_token_seq */
+	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
 	Oid			pkeyid;			/* dlock_lease_pkey */
 	Oid			owner;			/* owner of dlock_lease */
 	SPIPlanPtr	plans[NUM_STMTS];
@@ -347,6 +352,10 @@ store_prepare_cache(Oid fn_oid)
 				 errmsg("token sequence of extension \"dlock\" is missing"),
 				 errdetail("Sequence \"%s.dlock_token_seq\" does not exist.", nspname),
 				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+
+	/* absent when the extension's SQL is 1.0: then no token epochs */
+	store_cache.originrelid = get_relname_relid("dlock_token_origin", nspid);
+	DlockTokenForget();
 
 	store_cache.pkeyid = get_relname_relid("dlock_lease_pkey", nspid);
 	if (!OidIsValid(store_cache.pkeyid))
@@ -516,6 +525,17 @@ flush_token_wal(void)
 }
 
 /*
+ * token_granted is called when a grant drew a token: it makes the token
+ * safe to hand out (see the protocol above).
+ */
+static void
+token_granted(void)
+{
+	if (DlockTokenNeedsFlush())
+		flush_token_wal();
+}
+
+/*
  * A store operation that may change a lease: it runs between store_begin
  * and store_end, and returns whether it changed one (whether to keep it).
  */
@@ -611,6 +631,8 @@ acquire_op(void *arg)
 	AcquireOp  *a = (AcquireOp *) arg;
 	int			round;
 
+	DlockTokenPrepare(store_cache.seqrelid, store_cache.originrelid);
+
 	/*
 	 * A row can appear between the probe and the insert (another session
 	 * created and committed it); the second round then decides on the row.
@@ -627,7 +649,7 @@ acquire_op(void *arg)
 		if (!isnull)
 		{
 			a->token = DatumGetInt64(d);
-			flush_token_wal();
+			token_granted();
 			return true;
 		}
 		d = store_result_datum(3, &no_row);
@@ -649,7 +671,7 @@ acquire_op(void *arg)
 		if (store_exec(STMT_INSERT, a->values, SPI_OK_INSERT_RETURNING) == 1)
 		{
 			a->token = DatumGetInt64(store_result_datum(1, &isnull));
-			flush_token_wal();
+			token_granted();
 			return true;
 		}
 		LockRelease(&tag, ExclusiveLock, false);

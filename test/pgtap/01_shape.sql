@@ -1,14 +1,14 @@
--- test/pgtap/01_shape.sql: the catalog shape of dlock 1.0.
+-- test/pgtap/01_shape.sql: the catalog shape of dlock 1.1.
 --
 -- Every function with its exact signature (argument types, names and
 -- defaults), return type, language, volatility, strictness and security;
--- the view's columns in order; the table and the sequence; which objects
+-- the view's columns in order; the table and the two sequences; which objects
 -- are members of the extension; relocatability and the dump configuration.
 -- Nothing here calls a dlock function.
 
 \ir preamble.psql
 
-SELECT plan(50);
+SELECT plan(52);
 
 -- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -157,11 +157,18 @@ SELECT results_eq(
     $$VALUES ('bigint', 1::bigint, 1::bigint, false)$$,
     'dlock_token_seq is a bigint sequence from 1, counting up by 1, that never cycles (tokens never repeat)'
 );
+SELECT has_sequence(:'dlock_schema', 'dlock_token_origin', 'sequence dlock_token_origin (the token epoch register) exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT s.seqtypid::regtype::text COLLATE "default", s.seqmin, s.seqmax, s.seqcycle
+        FROM pg_catalog.pg_sequence s WHERE s.seqrelid = 'dlock_token_origin'::regclass$$,
+    $$VALUES ('bigint', 0::bigint, 9223372036854775807::bigint, false)$$,
+    'dlock_token_origin is a bigint register from 0 to the largest bigint (it holds a 63-bit hash), never cycling'
+);
 SELECT results_eq(
     $$SELECT c.relname::text COLLATE "default", c.relpersistence::text FROM pg_catalog.pg_class c
-       WHERE c.oid IN ('dlock_lease'::regclass, 'dlock_token_seq'::regclass) ORDER BY c.relname$$,
-    $$VALUES ('dlock_lease', 'p'), ('dlock_token_seq', 'p')$$,
-    'dlock_lease and dlock_token_seq are permanent (logged) relations, so they survive a crash and reach standbys'
+       WHERE c.oid IN ('dlock_lease'::regclass, 'dlock_token_seq'::regclass, 'dlock_token_origin'::regclass) ORDER BY c.relname$$,
+    $$VALUES ('dlock_lease', 'p'), ('dlock_token_origin', 'p'), ('dlock_token_seq', 'p')$$,
+    'dlock_lease, dlock_token_seq and dlock_token_origin are permanent (logged) relations, so they survive a crash and reach standbys'
 );
 
 -- Membership.  Every object the script creates is a member of the
@@ -174,14 +181,15 @@ SELECT set_eq(
        WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
          AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
          AND d.deptype = 'e'$$,
-    $$VALUES (true, 'table dlock_lease'), (true, 'sequence dlock_token_seq'), (true, 'view dlock_leases'),
+    $$VALUES (true, 'table dlock_lease'), (true, 'sequence dlock_token_seq'),
+             (true, 'sequence dlock_token_origin'), (true, 'view dlock_leases'),
              (true, 'function dlock_acquire(text,interval,interval,text)'),
              (true, 'function dlock_renew(text,bigint,interval)'),
              (true, 'function dlock_release(text,bigint)'),
              (true, 'function dlock_break(text)'),
              (true, 'function dlock_fence()'),
              (true, 'function dlock_purge(interval)')$$,
-    'the members of extension dlock are exactly its table, sequence, view and six functions, all in the extension''s schema'
+    'the members of extension dlock are exactly its table, two sequences, view and six functions, all in the extension''s schema'
 );
 -- Objects that are not members themselves (the primary key index, the row
 -- types) must still belong to a member, so DROP EXTENSION removes them: no
@@ -228,13 +236,13 @@ SELECT set_eq(
         CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(e.extconfig), pg_catalog.unnest(e.extcondition)) u(reloid, cond)
         JOIN pg_catalog.pg_class c ON c.oid = u.reloid
        WHERE e.extname = 'dlock'$$,
-    $$VALUES ('dlock_lease', true, ''), ('dlock_token_seq', true, '')$$,
-    'dlock_lease and dlock_token_seq, and nothing else, are registered with pg_extension_config_dump, with no filter (pg_dump carries every lease and the token state)'
+    $$VALUES ('dlock_lease', true, ''), ('dlock_token_seq', true, ''), ('dlock_token_origin', true, '')$$,
+    'dlock_lease, dlock_token_seq and dlock_token_origin, and nothing else, are registered with pg_extension_config_dump, with no filter (pg_dump carries every lease and the token state)'
 );
 SELECT is(
     (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock'),
-    '1.0',
-    'the installed version is 1.0 (this file describes 1.0)'
+    '1.1',
+    'the installed version is 1.1 (this file describes 1.1)'
 );
 
 SELECT * FROM finish();

@@ -10,7 +10,7 @@
 
 \ir preamble.psql
 
-SELECT plan(35);
+SELECT plan(37);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -33,6 +33,8 @@ SELECT any_column_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::n
     'PUBLIC has no privilege on any column of dlock_lease');
 SELECT sequence_privs_are(:'dlock_schema', 'dlock_token_seq', 'public', ARRAY[]::name[],
     'PUBLIC has no privilege on sequence dlock_token_seq');
+SELECT sequence_privs_are(:'dlock_schema', 'dlock_token_origin', 'public', ARRAY[]::name[],
+    'PUBLIC has no privilege on sequence dlock_token_origin');
 
 -- The same, for every member of the extension (so a member added later
 -- without deciding its grants fails here).  Functions with a NULL ACL are
@@ -124,6 +126,13 @@ SELECT throws_ok(
     $$ALTER SEQUENCE dlock_token_seq RESTART WITH 1$$,
     '42501', 'must be owner of sequence dlock_token_seq',
     'an ordinary role cannot ALTER SEQUENCE dlock_token_seq (not the owner)'
+);
+-- Nor the epoch register: overwriting it would only force a jump, but
+-- ordinary roles write nothing of dlock's directly.
+SELECT throws_ok(
+    $$SELECT pg_catalog.setval('dlock_token_origin', 1)$$,
+    '42501', 'permission denied for sequence dlock_token_origin',
+    'an ordinary role cannot setval dlock_token_origin'
 );
 
 -- The view is automatically updatable; PUBLIC's SELECT must not turn into

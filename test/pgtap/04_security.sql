@@ -11,7 +11,7 @@
 \ir preamble.psql
 SELECT pg_catalog.current_database() AS dbname \gset
 
-SELECT plan(17);
+SELECT plan(18);
 
 -- The functions of the extension, wherever they live, and the SECURITY
 -- DEFINER ones among them whose search_path is not pinned.  A pinned
@@ -71,6 +71,8 @@ SELECT table_owner_is(:'dlock_schema', 'dlock_lease', :'dlock_owner',
     'dlock_lease is owned by the installing superuser');
 SELECT sequence_owner_is(:'dlock_schema', 'dlock_token_seq', :'dlock_owner',
     'dlock_token_seq is owned by the installing superuser');
+SELECT sequence_owner_is(:'dlock_schema', 'dlock_token_origin', :'dlock_owner',
+    'dlock_token_origin is owned by the installing superuser');
 SELECT view_owner_is(:'dlock_schema', 'dlock_leases', :'dlock_owner',
     'dlock_leases is owned by the installing superuser');
 SELECT function_owner_is(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'], :'dlock_owner',

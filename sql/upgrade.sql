@@ -1,0 +1,74 @@
+--
+-- upgrade: install the oldest version, take leases, update through every
+-- hop, and check that the updated extension equals a fresh install and
+-- that tokens only grow across the update.
+--
+CREATE EXTENSION dlock VERSION '1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'dlock';
+SELECT dlock_acquire('upgrade:a', '1 hour') AS a_token \gset
+SELECT dlock_acquire('upgrade:b', '1 hour') AS b_token \gset
+SELECT :a_token AS a_token, :b_token AS b_token;
+
+ALTER EXTENSION dlock UPDATE TO '1.1';
+SELECT extversion FROM pg_extension WHERE extname = 'dlock';
+
+-- the leases survive the update and are still honoured
+SELECT lock_name, token, released, live FROM dlock_leases ORDER BY lock_name;
+SELECT dlock_acquire('upgrade:a', '1 hour') IS NULL AS a_still_held;
+SELECT dlock_renew('upgrade:a', :a_token, '1 hour') AS a_renewed;
+
+-- 1.0 did not record who issued its tokens, so the first token after the
+-- update starts a new generation: 2^47, above anything 1.0 issued
+SELECT dlock_acquire('upgrade:c', '1 hour') AS c_token \gset
+SELECT :c_token AS c_token, :c_token > :b_token AS greater,
+       :c_token >> 47 AS generation, :c_token & ((1::bigint << 47) - 1) AS count;
+-- and later tokens count on from there
+SELECT dlock_acquire('upgrade:d', '1 hour') - :c_token AS next_is_one_more;
+SELECT dlock_release('upgrade:b', :b_token) AS b_released;
+
+-- the updated extension has exactly the objects, grants and dump
+-- configuration of a fresh install
+CREATE TEMP TABLE upgraded AS
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
+       COALESCE(c.relacl::text, p.proacl::text) AS acl,
+       COALESCE(obj_description(d.objid, d.classid::regclass::text), '') AS comment
+  FROM pg_depend d
+  LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+  LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+ WHERE d.refclassid = 'pg_extension'::regclass
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dlock')
+   AND d.deptype = 'e';
+CREATE TEMP TABLE upgraded_config AS
+SELECT u.relid::regclass::text AS rel, u.cond
+  FROM pg_extension e, unnest(e.extconfig, e.extcondition) u(relid, cond)
+ WHERE e.extname = 'dlock';
+
+DROP EXTENSION dlock;
+CREATE EXTENSION dlock;
+SELECT extversion FROM pg_extension WHERE extname = 'dlock';
+CREATE TEMP TABLE fresh AS
+SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
+       COALESCE(c.relacl::text, p.proacl::text) AS acl,
+       COALESCE(obj_description(d.objid, d.classid::regclass::text), '') AS comment
+  FROM pg_depend d
+  LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
+  LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
+ WHERE d.refclassid = 'pg_extension'::regclass
+   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dlock')
+   AND d.deptype = 'e';
+CREATE TEMP TABLE fresh_config AS
+SELECT u.relid::regclass::text AS rel, u.cond
+  FROM pg_extension e, unnest(e.extconfig, e.extcondition) u(relid, cond)
+ WHERE e.extname = 'dlock';
+
+SELECT 'only after update' AS side, * FROM (TABLE upgraded EXCEPT TABLE fresh) x
+UNION ALL
+SELECT 'only in fresh install', * FROM (TABLE fresh EXCEPT TABLE upgraded) y;
+SELECT 'only after update' AS side, * FROM (TABLE upgraded_config EXCEPT TABLE fresh_config) x
+UNION ALL
+SELECT 'only in fresh install', * FROM (TABLE fresh_config EXCEPT TABLE upgraded_config) y;
+SELECT count(*) AS members FROM fresh;
+
+-- a fresh install issues tokens from 1 (nothing was issued before it)
+SELECT dlock_acquire('upgrade:fresh', '1 hour') AS fresh_token;
+DROP EXTENSION dlock;
