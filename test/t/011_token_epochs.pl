@@ -1,0 +1,173 @@
+#!/usr/bin/perl
+#
+# test/t/011_token_epochs.pl
+#	  Token epochs with shared_preload_libraries = 'dlock': the boot jump
+#	  after every server start (src/token.c), which lets grants skip the
+#	  WAL flush that 001_crash_restart.pl proves necessary without it.
+#
+# With preload, acquire does not flush the token sequence's WAL.  Instead,
+# the first grant after every server start (crash restarts included) in
+# each database moves the sequence to the next multiple of 2^32 at least
+# 2^31 above its recovered value.  This file proves:
+#
+#   - the layout: the first token after a restart is such a multiple, and
+#     later tokens count on by one;
+#   - the cases 001 builds on purpose (an uncommitted acquire, and one
+#     committed with synchronous_commit = off, whose nextval() wrote the
+#     sequence's only WAL record, lost in the crash) still get a greater
+#     token after the restart, although nothing flushed them;
+#   - a session that acquires in a loop with synchronous_commit = off
+#     while the server crashes: every token it was handed is smaller than
+#     the first token after the restart;
+#   - each database jumps on its own, once per start, and a clean restart
+#     jumps too; without preload there is no jump (001 covers that path).
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use List::Util qw(max);
+use Time::HiRes qw(usleep);
+
+my $STEP = 2**32;
+my $MARGIN = 2**31;
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_epochs');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+checkpoint_timeout = '1h'
+wal_writer_delay = '10s'
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$node->safe_psql('postgres', 'CREATE DATABASE other');
+$node->safe_psql('other', 'CREATE EXTENSION dlock');
+
+sub sql { my ($sql, $db) = @_; return $node->safe_psql($db // 'postgres', $sql); }
+
+# The first tokens ever: no jump (nothing was issued before).
+is(sql("SELECT dlock_acquire('e-1', '1 hour')"), '1',
+	'the first token of a fresh install is 1');
+is(sql("SELECT dlock_acquire('e-2', '1 hour')"), '2',
+	'tokens count on by one');
+is(sql("SELECT dlock_acquire('o-1', '1 hour')", 'other'), '1',
+	'another database has its own tokens');
+
+# check_jump checks that $token is the first token of a boot jump above
+# $last: a multiple of 2^32, at least 2^31 above $last.
+sub check_jump
+{
+	my ($token, $last, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	is($token % $STEP, 0, "$what: token $token is a multiple of 2^32");
+	cmp_ok($token - $last, '>=', $MARGIN,
+		"$what: token $token is at least 2^31 above the last one ($last)");
+	cmp_ok($token - $last, '<=', $MARGIN + $STEP,
+		"$what: and at most one step further");
+	return;
+}
+
+# A clean restart jumps too: the server cannot tell a clean start from
+# one after a crash where the jump matters.
+$node->restart;
+my $t = sql("SELECT dlock_acquire('e-3', '1 hour')");
+check_jump($t, 2, 'first grant after a clean restart');
+is(sql("SELECT dlock_acquire('e-4', '1 hour')"), $t + 1,
+	'the next grant counts on by one (one jump per start)');
+my $o = sql("SELECT dlock_acquire('o-2', '1 hour')", 'other');
+check_jump($o, 1, 'first grant in the other database');
+is(sql("SELECT dlock_acquire('o-3', '1 hour')", 'other'), $o + 1,
+	'the other database also jumps once');
+# A new session does not jump again.
+is(sql("SELECT dlock_acquire('e-5', '1 hour')"), $t + 2,
+	'another session of the same start does not jump');
+
+# to_logging_call: as in 001, brings the sequence to the point where the
+# next nextval() writes its WAL record, then switches WAL segments so the
+# next acquire's records stay in WAL buffers until the crash.
+sub to_logging_call
+{
+	my ($name) = @_;
+	for my $i (1 .. 40)
+	{
+		last if sql('SELECT log_cnt FROM dlock_token_seq') eq '0';
+		sql("SELECT dlock_release('$name', dlock_acquire('$name', '1 hour'))");
+	}
+	is(sql('SELECT log_cnt FROM dlock_token_seq'),
+		'0', "before acquiring $name: its nextval() will write WAL");
+	sql('SELECT pg_switch_wal()');
+	return;
+}
+
+# An uncommitted acquire whose nextval() wrote the only record.
+to_logging_call('open');
+my $bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN');
+my $lost = $bg->query_safe("SELECT dlock_acquire('open', '1 hour')");
+like($lost, qr/^[0-9]+$/, 'uncommitted acquire');
+$node->stop('immediate');
+$bg->quit;
+$node->start;
+my $next = sql("SELECT dlock_acquire('after-open', '1 hour')");
+cmp_ok($next, '>', $lost,
+	"after a crash: token $next is greater than the uncommitted acquire's ($lost)");
+check_jump($next, $lost, 'first grant after the crash');
+
+# The same with synchronous_commit = off.
+to_logging_call('async');
+my $async = sql(
+	"SET synchronous_commit = off; SELECT dlock_acquire('async', '1 hour')");
+like($async, qr/^[0-9]+$/, 'acquire committed with synchronous_commit = off');
+$node->stop('immediate');
+$node->start;
+$next = sql("SELECT dlock_acquire('after-async', '1 hour')");
+cmp_ok($next, '>', $async,
+	"after a crash: token $next is greater than the async acquire's ($async)");
+
+# A session acquiring in a loop with synchronous_commit = off while the
+# server crashes.  Every token it printed was handed to a client.
+my $loop = q{
+DO $$
+BEGIN
+  FOR i IN 1..200000 LOOP
+    RAISE NOTICE 'token %', dlock_acquire('loop-' || (i % 50), '1 millisecond');
+    COMMIT;
+  END LOOP;
+END $$;
+};
+my ($out, $err) = ('', '');
+my $h = IPC::Run::start(
+	[
+		'psql', '-X', '-d', $node->connstr('postgres'),
+		'-c', 'SET synchronous_commit = off', '-c', $loop
+	],
+	'>', \$out, '2>', \$err);
+# Wait until it has been handed some tokens, then crash.
+my $seen = 0;
+for my $i (1 .. 600)
+{
+	$h->pump_nb;
+	$seen = () = $err =~ /token \d+/g;
+	last if $seen >= 2000 || !$h->pumpable;
+	usleep(50_000);
+}
+cmp_ok($seen, '>=', 100, "the loop was handed tokens before the crash ($seen)");
+$node->stop('immediate');
+eval { $h->finish; };
+note "loop's last output: " . substr($err, -300);
+my @handed = ($err =~ /token (\d+)/g);
+my $max_handed = max(@handed);
+$node->start;
+$next = sql("SELECT dlock_acquire('after-loop', '1 hour')");
+cmp_ok($next, '>', $max_handed,
+	"after a crash under load with synchronous_commit = off: token $next is "
+	  . "greater than all " . scalar(@handed) . " tokens handed out ($max_handed)");
+
+$node->stop;
+done_testing();
