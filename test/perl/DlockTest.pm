@@ -8,7 +8,12 @@ use strict;
 use warnings;
 
 use Exporter 'import';
-our @EXPORT = qw(psql_error);
+use Test::More;
+
+# Exported by default, so their names must not clash with the subs of any
+# test file (bg_* for background sessions).
+our @EXPORT = qw(psql_error sqlstate_of fails_with lease_rows
+  bg_session bg_start bg_finish bg_close crash_lines);
 
 # psql_error($node, $sql) runs $sql on $node's postgres database with
 # VERBOSITY verbose, not stopping at an error, and returns psql's stdout
@@ -26,6 +31,119 @@ $sql;
 		stderr => \$stderr,
 		on_error_stop => 0);
 	return ($stdout, $stderr);
+}
+
+# sqlstate_of($node, $sql, dbname => DB) runs $sql (one statement, or
+# several: each in its own transaction unless $sql says otherwise) on
+# database DB (default postgres), not stopping at an error, and returns
+# the SQLSTATE of the last statement ('00000' when it succeeded), its
+# output and psql's stderr.
+sub sqlstate_of
+{
+	my ($node, $sql, %opt) = @_;
+	my ($stdout, $stderr);
+	$node->psql(
+		$opt{dbname} // 'postgres',
+		qq{\\set VERBOSITY verbose
+$sql;
+\\echo SQLSTATE :SQLSTATE},
+		stdout => \$stdout,
+		stderr => \$stderr,
+		on_error_stop => 0);
+	$stdout =~ s/(?:\A|\n)SQLSTATE (\S+)\z//
+	  or die "no SQLSTATE in the output of: $sql\n$stdout\n$stderr";
+	return ($1, $stdout, $stderr);
+}
+
+# fails_with($node, $sql, $state, $what, dbname => DB) checks that $sql
+# fails on $node with SQLSTATE $state.
+sub fails_with
+{
+	my ($node, $sql, $state, $what, %opt) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my ($got, $out, $err) = sqlstate_of($node, $sql, %opt);
+	is($got, $state, "$what: fails with SQLSTATE $state")
+	  or diag("output: $out\nerror: $err");
+	return;
+}
+
+# lease_rows($node, $db) returns every row of dlock_leases on $node's
+# database $db (default postgres), ordered by name, one line per row.  The
+# flag live is included: callers compare rows within seconds, with leases
+# that are either long (live) or long expired.
+sub lease_rows
+{
+	my ($node, $db) = @_;
+	return $node->safe_psql(
+		$db // 'postgres', q{
+SELECT lock_name, token, owner, holder_role, acquired_at, renewed_at,
+       expires_at, released, live
+  FROM dlock_leases ORDER BY lock_name COLLATE "C"});
+}
+
+# bg_session($node, $name, $db) opens a background psql session on $node's
+# database $db (default postgres) that does not stop at errors, and
+# returns it (a hash: bg, pid, name) with its backend's pid.
+sub bg_session
+{
+	my ($node, $name, $db) = @_;
+	my $bg = $node->background_psql($db // 'postgres', on_error_stop => 0);
+	my $pid = $bg->query_safe('SELECT pg_backend_pid()');
+	return { bg => $bg, pid => $pid, name => $name, seq => 0, out => '' };
+}
+
+# bg_start($s, $sql) sends $sql to session $s and returns as soon as psql
+# has begun running it, without waiting for it to finish.
+sub bg_start
+{
+	my ($s, $sql) = @_;
+	my $tag = "$s->{name}#" . ++$s->{seq};
+	$s->{tag} = $tag;
+	my $out = $s->{bg}->query_until(qr/^\Q$tag\E start\n/m,
+		"\\echo '$tag start'\n$sql\n\\echo :SQLSTATE\n\\echo '$tag end'\n");
+	$out =~ s/\A.*?^\Q$tag\E start\n//ms;
+	$s->{out} = $out;
+	return;
+}
+
+# bg_finish($s) waits (bounded by the session's timeout) until the
+# statements started by bg_start on $s have finished, and returns their
+# output and the SQLSTATE of the last one ('00000' for success).
+sub bg_finish
+{
+	my ($s) = @_;
+	my $tag = $s->{tag};
+	my $out = $s->{out};
+	$out .= $s->{bg}->query_until(qr/^\Q$tag\E end\n/m, '')
+	  unless $out =~ /^\Q$tag\E end\n/m;
+	$s->{out} = '';
+	$out =~ s/^\Q$tag\E end\n.*//ms
+	  or die "no end marker for $tag in output: $out";
+	$out =~ s/(?:\A|\n)([0-9A-Z]{5})\n\z//
+	  or die "no SQLSTATE for $tag in output: $out";
+	return ($out, $1);
+}
+
+# bg_close($s) ends session $s, also when its backend or psql is gone.
+sub bg_close
+{
+	my ($s) = @_;
+	eval { $s->{bg}->quit; 1 } or note "closing $s->{name}: $@";
+	return;
+}
+
+# crash_lines($node, $from) returns the lines of $node's server log (from
+# byte offset $from, default 0) that show a crashed or aborted server
+# process: a backend killed by a signal or exiting with a code other than
+# 0 or 1 (the postmaster reports only those), a PANIC, a failed assertion
+# (TRAP), or a stuck spinlock.
+sub crash_lines
+{
+	my ($node, $from) = @_;
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $from // 0);
+	return grep {
+		/server process .* (?:was terminated|exited with exit code)|terminated by signal|PANIC:|TRAP:|stuck spinlock/
+	} split /\n/, $log;
 }
 
 1;
