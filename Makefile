@@ -1,7 +1,7 @@
 # Makefile for dlock (PGXS).
 #
-#   make                 build the extension
-#   make install         install it into the PostgreSQL that PG_CONFIG names
+#   make                 build the extension and the dlock command-line tool
+#   make install         install both into the PostgreSQL that PG_CONFIG names
 #   make test            install what is missing, build, install, run every suite
 #   make demo            the life of a lease on a throwaway cluster
 #   make bench           measure on a throwaway cluster (not part of make test)
@@ -14,6 +14,12 @@ MODULE_big = dlock
 OBJS = src/dlock.o src/lease.o src/store.o src/fence.o src/wait.o src/shmem.o src/token.o
 DATA = dlock--1.0.sql dlock--1.1.sql dlock--1.0--1.1.sql
 PGFILEDESC = "dlock - fenced leases for PostgreSQL"
+
+# The dlock command-line tool (cli/): a libpq program, not part of the
+# extension's OBJS.  Built by "all", installed next to PostgreSQL's client
+# programs (pg_config --bindir) by "install"; rules below the PGXS include.
+CLI_SRCS = cli/dlock.c cli/run.c cli/conn.c cli/signals.c cli/util.c
+EXTRA_CLEAN = cli/dlock
 
 # Every object depends on the shared headers (PGXS tracks no header
 # dependencies without --enable-depend).
@@ -49,6 +55,26 @@ bench:
 
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
+
+DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
+
+all: cli/dlock
+
+cli/dlock: $(CLI_SRCS) cli/dlock_cli.h dlock.control
+	$(CC) $(CFLAGS) -Wextra -Wunused-parameter -Werror \
+		-DDLOCK_VERSION='"$(DLOCK_VERSION)"' \
+		-I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
+		$(LDFLAGS) -L$(shell $(PG_CONFIG) --libdir) -lpq
+
+.PHONY: install-cli uninstall-cli
+install: install-cli
+install-cli: cli/dlock
+	$(MKDIR_P) '$(DESTDIR)$(bindir)'
+	$(INSTALL_PROGRAM) cli/dlock '$(DESTDIR)$(bindir)/dlock'
+
+uninstall: uninstall-cli
+uninstall-cli:
+	rm -f '$(DESTDIR)$(bindir)/dlock'
 else
 all install installcheck:
 	@echo "dlock: PostgreSQL 15 development files are missing (no PGXS at '$(PGXS)')." >&2

@@ -1,0 +1,874 @@
+/*-------------------------------------------------------------------------
+ *
+ * cli/dlock.c
+ *	  The dlock command-line tool: command line, help, and the one-shot
+ *	  commands acquire, renew, release and status.  "dlock run" is in
+ *	  cli/run.c.
+ *
+ * Process model: one process, no threads, no children (except CMD of
+ * dlock run).  A one-shot command connects (blocking, bounded by
+ * connect_timeout, with the default signal dispositions: a Ctrl-C while
+ * connecting just ends dlock), then catches SIGHUP, SIGINT, SIGQUIT and
+ * SIGTERM into the self-pipe of cli/signals.c and runs its one call with
+ * DlockLinkExec(): such a signal cancels the call on the server (so that a
+ * waiting acquire leaves no waiter behind), a lease granted anyway is
+ * released, and dlock exits 128+signal.
+ *
+ * Every call passes its arguments as query parameters; see cli/conn.c.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dlock_cli.h"
+
+#ifndef DLOCK_VERSION
+#define DLOCK_VERSION "unknown"
+#endif
+
+/* Options, as bits: which command accepts which. */
+#define OPT_TTL			(1 << 0)
+#define OPT_WAIT		(1 << 1)
+#define OPT_OWNER		(1 << 2)
+#define OPT_KILL_AFTER	(1 << 3)
+#define OPT_DBNAME		(1 << 4)
+#define OPT_SCHEMA		(1 << 5)
+#define OPT_CONN		(OPT_DBNAME | OPT_SCHEMA)
+
+typedef struct OptionDef
+{
+	const char *long_name;
+	char		short_name;
+	unsigned	bit;
+} OptionDef;
+
+static const OptionDef option_defs[] = {
+	{"ttl", 0, OPT_TTL},
+	{"wait", 0, OPT_WAIT},
+	{"owner", 0, OPT_OWNER},
+	{"kill-after", 0, OPT_KILL_AFTER},
+	{"dbname", 'd', OPT_DBNAME},
+	{"schema", 0, OPT_SCHEMA},
+};
+
+typedef struct Command
+{
+	const char *name;
+	const char *synopsis;
+	unsigned	options;
+	int			min_args;		/* positional arguments (CMD not counted) */
+	int			max_args;
+	int			(*fn) (const DlockOptions *opt);
+} Command;
+
+static int	cmd_acquire(const DlockOptions *opt);
+static int	cmd_renew(const DlockOptions *opt);
+static int	cmd_release(const DlockOptions *opt);
+static int	cmd_status(const DlockOptions *opt);
+
+static const Command commands[] = {
+	{"run",
+		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [-d CONNINFO] NAME -- CMD [ARG...]",
+	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_KILL_AFTER, 1, 1, DlockRun},
+	{"acquire",
+		"dlock acquire [--ttl DUR] [--wait DUR] [--owner TEXT] [-d CONNINFO] NAME",
+	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER, 1, 1, cmd_acquire},
+	{"renew",
+		"dlock renew [--ttl DUR] [-d CONNINFO] NAME TOKEN",
+	OPT_CONN | OPT_TTL, 2, 2, cmd_renew},
+	{"release",
+		"dlock release [-d CONNINFO] NAME TOKEN",
+	OPT_CONN, 2, 2, cmd_release},
+	{"status",
+		"dlock status [-d CONNINFO] [NAME]",
+	OPT_CONN, 0, 1, cmd_status},
+};
+
+#define NCOMMANDS ((int) (sizeof(commands) / sizeof(commands[0])))
+
+static const char help_text[] =
+"dlock runs a command under a lease of the dlock PostgreSQL extension, so\n"
+"that it runs on one machine at a time, and acquires, renews, releases and\n"
+"lists leases.\n"
+"\n"
+"Usage:\n"
+"  dlock run [OPTION]... NAME [--] CMD [ARG]...\n"
+"  dlock acquire [OPTION]... NAME\n"
+"  dlock renew [OPTION]... NAME TOKEN\n"
+"  dlock release [OPTION]... NAME TOKEN\n"
+"  dlock status [OPTION]... [NAME]\n"
+"  dlock --help | --version\n"
+"\n"
+"Commands:\n"
+"  run      Acquire the lease NAME, run CMD with DLOCK_NAME and DLOCK_TOKEN\n"
+"           (its fencing token) in its environment, renew the lease every\n"
+"           ttl/3 while CMD runs, release it when CMD exits, and exit with\n"
+"           CMD's status.  If the lease is lost, CMD gets SIGTERM, then\n"
+"           SIGKILL after --kill-after, and dlock exits 76.  SIGHUP, SIGINT,\n"
+"           SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to dlock are passed on\n"
+"           to CMD; the lease is released after CMD exits.  Options go before\n"
+"           \"--\" (or before CMD); everything after \"--\" is CMD.\n"
+"  acquire  Acquire the lease NAME and print its fencing token.\n"
+"  renew    Extend the lease (NAME, TOKEN) to expire --ttl from now.\n"
+"  release  End the lease (NAME, TOKEN).\n"
+"  status   Print the leases (or NAME's) as a table: name, token, holder\n"
+"           (owner label), role, when it expires (or ended), whether live.\n"
+"\n"
+"Options:\n"
+"  -d, --dbname=CONNINFO   the database: a connection string (\"host=db1\n"
+"                          dbname=app\"), a URI (postgresql://db1/app) or a\n"
+"                          database name; what it leaves out comes from the\n"
+"                          PG* environment variables, as for psql\n"
+"      --schema=SCHEMA     the schema of the dlock extension (default: the\n"
+"                          functions are found on the search_path)\n"
+"      --ttl=DUR           lease time-to-live (run, acquire, renew; default 30s)\n"
+"      --wait=DUR          wait up to DUR for a held lease to be released or\n"
+"                          to expire (run, acquire; default 0: do not wait)\n"
+"      --owner=TEXT        the owner label shown by status and dlock_leases\n"
+"                          (run, acquire; default \"dlock run HOST pid PID\",\n"
+"                          \"dlock acquire HOST ppid PPID\")\n"
+"      --kill-after=DUR    run: after a lost lease, SIGKILL CMD if it is still\n"
+"                          running DUR after SIGTERM (default 10s; 0: at once)\n"
+"      --help              show this help, then exit\n"
+"  -V, --version           show the version, then exit\n"
+"\n"
+"Durations: a number and a unit, ms, s, m, h or d (500ms, 30s, 2m, 1h, 1.5s),\n"
+"several in a row (1m30s), or a bare number of seconds.\n"
+"\n"
+"How dlock run decides that the lease is lost: it keeps the lease's\n"
+"deadline on the local monotonic clock, counted from the moment the last\n"
+"successful acquire or renew was sent, plus the ttl.  A renew that fails is\n"
+"retried on a new connection until that deadline.  The lease is lost when a\n"
+"renew returns false (the lease was broken with dlock_break, or it expired\n"
+"and another client took it), or when the deadline passes first (the\n"
+"database stayed unreachable, or dlock was stopped or starved).  A lost\n"
+"lease is never renewed or released again, so a newer holder's lease is\n"
+"never touched.  CMD starts only with at least 2/3 of the ttl left.  If\n"
+"dlock itself is killed, CMD gets SIGTERM (Linux).  Signals sent by a\n"
+"terminal (Ctrl-C) reach CMD directly, as it runs in dlock's process\n"
+"group, and are not passed on a second time.  dlock signals CMD's process\n"
+"only: a CMD that starts other processes should pass signals on (in a\n"
+"shell script, exec the last command).\n"
+"\n"
+"Exit status:\n"
+"  0        success\n"
+"  N        run: CMD's exit status (128+S when signal S killed CMD; 127 when\n"
+"           CMD was not found, 126 when it could not be executed)\n"
+"  1        renew, release: TOKEN does not hold a live lease on NAME (it\n"
+"           expired, was released or broken, or was taken over);\n"
+"           status NAME: NAME has no live lease\n"
+"  64       usage error (CMD not started)\n"
+"  69       the database could not be reached, or the connection was lost\n"
+"           during a one-shot command (run: CMD not started)\n"
+"  70       the database reported an error (extension not installed,\n"
+"           permission denied, ttl above dlock.max_ttl, standby...), or a\n"
+"           system call failed (run: CMD not started)\n"
+"  75       not acquired: the lease is held, and --wait ran out (run: CMD\n"
+"           not started)\n"
+"  76       run: the lease was lost while CMD ran, or before dlock could\n"
+"           release it; CMD was stopped\n"
+"  128+S    interrupted by signal S before CMD started (run, acquire)\n"
+"\n"
+"Environment:\n"
+"  PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, PGPASSFILE, PGSERVICE,\n"
+"  PGOPTIONS, PGAPPNAME, PGSSLMODE, ...: libpq's, for what -d leaves out.\n"
+"  PGCONNECT_TIMEOUT: seconds to wait for a connection (default here: 10).\n"
+"  CMD gets DLOCK_NAME (NAME) and DLOCK_TOKEN (the fencing token); carry\n"
+"  the token in every write to tables fenced by the dlock_fence trigger.\n"
+"\n"
+"Examples:\n"
+"  */5 * * * * dlock run --ttl 2m nightly-report -- /usr/local/bin/report\n"
+"  dlock run --wait 10m -d \"host=db1 dbname=app\" schema-migration -- ./migrate.sh\n"
+"  token=$(dlock acquire --ttl 1m deploy) && ... && dlock release deploy \"$token\"\n"
+"  dlock status\n";
+
+/*
+ * usage_error prints "dlock: <message>", the synopsis of cmd (or of every
+ * command when cmd is NULL) and a pointer to --help, and exits 64.
+ */
+static void
+usage_error(const Command *cmd, const char *fmt,...) __attribute__((format(printf, 2, 3), noreturn));
+
+static void
+usage_error(const Command *cmd, const char *fmt,...)
+{
+	va_list		ap;
+	int			i;
+
+	fprintf(stderr, "%s: ", dlock_progname);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	if (cmd)
+		fprintf(stderr, "Usage: %s\n", cmd->synopsis);
+	else
+		for (i = 0; i < NCOMMANDS; i++)
+			fprintf(stderr, "%s %s\n", i == 0 ? "Usage:" : "      ", commands[i].synopsis);
+	fprintf(stderr, "Try \"dlock --help\" for more information.\n");
+	exit(DLOCK_EXIT_USAGE);
+}
+
+/*
+ * parse_duration parses the value of option name into *ms, or fails with a
+ * usage error.
+ */
+static void
+parse_duration(const Command *cmd, const char *name, const char *value, int64_t *ms)
+{
+	if (!DlockParseDuration(value, ms))
+		usage_error(cmd, "invalid duration \"%s\" for --%s (examples: 500ms, 30s, 2m, 1h)",
+					value, name);
+}
+
+/*
+ * parse_option parses the option at argv[i] (and its value, which may be
+ * the next argument) for cmd (NULL: before the command name) and returns
+ * the index of the next argument.
+ */
+static int
+parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt)
+{
+	const char *arg = argv[i];
+	const char *value = NULL;
+	const OptionDef *def = NULL;
+	size_t		k;
+
+	if (strcmp(arg, "--help") == 0)
+	{
+		fputs(help_text, stdout);
+		exit(DLOCK_EXIT_OK);
+	}
+	if (strcmp(arg, "--version") == 0 || strcmp(arg, "-V") == 0)
+	{
+		printf("dlock %s (libpq %d.%d)\n", DLOCK_VERSION,
+			   PQlibVersion() / 10000, PQlibVersion() % 10000);
+		exit(DLOCK_EXIT_OK);
+	}
+	if (arg[1] == '-')
+	{
+		const char *eq = strchr(arg + 2, '=');
+		size_t		len = eq ? (size_t) (eq - (arg + 2)) : strlen(arg + 2);
+
+		for (k = 0; k < sizeof(option_defs) / sizeof(option_defs[0]); k++)
+			if (strlen(option_defs[k].long_name) == len &&
+				strncmp(option_defs[k].long_name, arg + 2, len) == 0)
+				def = &option_defs[k];
+		if (def == NULL)
+			usage_error(cmd, "unknown option \"%.*s\"", (int) len + 2, arg);
+		if (eq)
+			value = eq + 1;
+	}
+	else
+	{
+		for (k = 0; k < sizeof(option_defs) / sizeof(option_defs[0]); k++)
+			if (option_defs[k].short_name && option_defs[k].short_name == arg[1])
+				def = &option_defs[k];
+		if (def == NULL)
+			usage_error(cmd, "unknown option \"-%c\"", arg[1]);
+		if (arg[2] != '\0')
+			value = arg + 2;
+	}
+	if ((cmd ? cmd->options : OPT_CONN) & def->bit ? false : true)
+	{
+		if (cmd)
+			usage_error(cmd, "option --%s does not apply to dlock %s",
+						def->long_name, cmd->name);
+		usage_error(cmd, "option --%s must follow the command", def->long_name);
+	}
+	if (value == NULL)
+	{
+		if (i + 1 >= argc)
+			usage_error(cmd, "option --%s needs a value", def->long_name);
+		value = argv[++i];
+	}
+	switch (def->bit)
+	{
+		case OPT_TTL:
+			parse_duration(cmd, def->long_name, value, &opt->ttl_ms);
+			if (opt->ttl_ms <= 0)
+				usage_error(cmd, "--ttl must be at least 1ms");
+			break;
+		case OPT_WAIT:
+			parse_duration(cmd, def->long_name, value, &opt->wait_ms);
+			break;
+		case OPT_KILL_AFTER:
+			parse_duration(cmd, def->long_name, value, &opt->kill_after_ms);
+			break;
+		case OPT_OWNER:
+			opt->owner = value;
+			break;
+		case OPT_DBNAME:
+			opt->conninfo = value;
+			break;
+		case OPT_SCHEMA:
+			if (*value == '\0')
+				usage_error(cmd, "--schema must not be empty");
+			opt->schema = value;
+			break;
+	}
+	return i + 1;
+}
+
+/*
+ * parse_token parses TOKEN: a positive decimal bigint.
+ */
+static int64_t
+parse_token(const Command *cmd, const char *text)
+{
+	char	   *end;
+	long long	v;
+
+	errno = 0;
+	if (!isdigit((unsigned char) text[0]))
+		usage_error(cmd, "invalid TOKEN \"%s\": a token is a positive integer", text);
+	v = strtoll(text, &end, 10);
+	if (errno != 0 || *end != '\0' || v <= 0)
+		usage_error(cmd, "invalid TOKEN \"%s\": a token is a positive integer", text);
+	return (int64_t) v;
+}
+
+/*
+ * parse_args fills *opt from the command line and returns the command.
+ *
+ * Options may come anywhere before "--" (for run: before NAME's "--" or
+ * before CMD); -d and --schema may also come before the command name.
+ * For run, the first argument that is not an option is NAME, and CMD
+ * starts at the next one (or after "--"): CMD's own options are never
+ * read as dlock's.
+ */
+static const Command *
+parse_args(int argc, char **argv, DlockOptions *opt)
+{
+	const Command *cmd = NULL;
+	const char *pos[2] = {NULL, NULL};
+	int			npos = 0;
+	bool		opts_done = false;
+	int			i = 1;
+	int			k;
+
+	while (i < argc)
+	{
+		const char *arg = argv[i];
+
+		if (!opts_done && strcmp(arg, "--") == 0)
+		{
+			opts_done = true;
+			i++;
+			if (cmd && cmd->fn == DlockRun && npos == 1)
+			{
+				opt->cmd = &argv[i];
+				break;
+			}
+			continue;
+		}
+		if (!opts_done && arg[0] == '-' && arg[1] != '\0')
+		{
+			i = parse_option(argc, argv, i, cmd, opt);
+			continue;
+		}
+		if (cmd == NULL)
+		{
+			if (strcmp(arg, "help") == 0)
+			{
+				fputs(help_text, stdout);
+				exit(DLOCK_EXIT_OK);
+			}
+			for (k = 0; k < NCOMMANDS; k++)
+				if (strcmp(commands[k].name, arg) == 0)
+					cmd = &commands[k];
+			if (cmd == NULL)
+				usage_error(NULL, "unknown command \"%s\"", arg);
+			opt->command = cmd->name;
+			i++;
+			continue;
+		}
+		if (cmd->fn == DlockRun && npos == 1)
+		{
+			opt->cmd = &argv[i];
+			break;
+		}
+		if (npos == cmd->max_args)
+			usage_error(cmd, "too many arguments (\"%s\")", arg);
+		pos[npos++] = arg;
+		i++;
+	}
+
+	if (cmd == NULL)
+		usage_error(NULL, "no command given");
+	if (npos < cmd->min_args)
+		usage_error(cmd, "missing %s", npos == 0 ? "NAME" : "TOKEN");
+	opt->name = pos[0];
+	if (opt->name && opt->name[0] == '\0')
+		usage_error(cmd, "NAME must not be empty");
+	if (cmd->max_args == 2)
+		opt->token = parse_token(cmd, pos[1]);
+	if (cmd->fn == DlockRun && (opt->cmd == NULL || opt->cmd[0] == NULL))
+		usage_error(cmd, "missing CMD after NAME");
+	return cmd;
+}
+
+/*
+ * connect_or_exit opens the connection of a one-shot command, exiting 69
+ * with libpq's message when the database cannot be reached, and then
+ * catches the stopping signals (see the header).
+ */
+static void
+connect_or_exit(DlockLink *link)
+{
+	PGconn	   *conn = DlockConnectBlocking();
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		char		msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
+		DlockTrim(msg);
+		DlockError("%s", msg);
+		PQfinish(conn);
+		exit(DLOCK_EXIT_UNAVAILABLE);
+	}
+	if (!DlockLinkAdopt(link, conn))
+	{
+		DlockError("%s", link->errmsg);
+		exit(DLOCK_EXIT_UNAVAILABLE);
+	}
+	DlockSignalsInit();
+	DlockSignalCatch(SIGHUP, NULL);
+	DlockSignalCatch(SIGINT, NULL);
+	DlockSignalCatch(SIGQUIT, NULL);
+	DlockSignalCatch(SIGTERM, NULL);
+}
+
+/*
+ * call_failed reports a failed call (res NULL: the connection was lost)
+ * and returns the exit status: 69 for a lost connection, 70 for an SQL
+ * error, with a hint when the extension's functions cannot be found.
+ */
+static int
+call_failed(DlockLink *link, const PGresult *res, const char *what)
+{
+	const char *state;
+
+	if (res == NULL)
+	{
+		DlockError("%s: lost the connection to the database: %s", what, link->errmsg);
+		return DLOCK_EXIT_UNAVAILABLE;
+	}
+	DlockError("%s: %s", what, DlockResultError(res));
+	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (state && (strcmp(state, "42883") == 0 || strcmp(state, "42P01") == 0 ||
+				  strcmp(state, "3F000") == 0))
+		DlockError("is the dlock extension installed in database \"%s\"?  "
+				   "CREATE EXTENSION dlock installs it; --schema names its schema "
+				   "when that is not on the search_path",
+				   link->conn ? PQdb(link->conn) : "?");
+	return DLOCK_EXIT_ERROR;
+}
+
+/*
+ * release_quietly releases (name, token) after an interrupted acquire,
+ * ignoring the outcome.
+ */
+static void
+release_quietly(DlockLink *link, const DlockOptions *opt, const char *token)
+{
+	const char *values[2] = {opt->name, token};
+	int			signo;
+	PGresult   *res;
+
+	if (link->state != DLOCK_LINK_IDLE)
+		return;
+	res = DlockLinkExec(link, DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)"),
+						2, values, &signo);
+	PQclear(res);
+}
+
+/*
+ * DlockAcquireLease calls dlock_acquire(NAME, --ttl, --wait, owner) on an
+ * idle link.  Returns 0 with the token's text in token and the time the
+ * call was sent (*sent_at) and answered (*answered_at); 75 when the lease
+ * is held; 69 or 70 on failure (reported); 128+signal when a signal
+ * interrupted it (a lease granted meanwhile is released again).
+ */
+int
+DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
+				  char *token, size_t tokenlen, int64_t *sent_at,
+				  int64_t *answered_at)
+{
+	char		ttl[64];
+	char		wait[64];
+	const char *values[4];
+	const char *state;
+	int			signo;
+	PGresult   *res;
+	char		what[600];
+
+	DlockInterval(opt->ttl_ms, ttl, sizeof(ttl));
+	DlockInterval(opt->wait_ms, wait, sizeof(wait));
+	values[0] = opt->name;
+	values[1] = ttl;
+	values[2] = wait;
+	values[3] = owner;
+	snprintf(what, sizeof(what), "could not acquire \"%s\"", opt->name);
+
+	*sent_at = DlockNow();
+	res = DlockLinkExec(link,
+						DlockSql("SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)"),
+						4, values, &signo);
+	*answered_at = DlockNow();
+	if (signo)
+		DlockError("interrupted by %s while acquiring \"%s\"", strsignal(signo), opt->name);
+	if (res == NULL)
+	{
+		if (signo)
+			return 128 + signo;
+		return call_failed(link, NULL, what);
+	}
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		int			rc;
+
+		state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+		if (signo && state && strcmp(state, "57014") == 0)
+			rc = 128 + signo;
+		else
+			rc = call_failed(link, res, what);
+		PQclear(res);
+		return rc;
+	}
+	if (PQgetisnull(res, 0, 0))
+	{
+		PQclear(res);
+		return signo ? 128 + signo : DLOCK_EXIT_NOT_ACQUIRED;
+	}
+	snprintf(token, tokenlen, "%s", PQgetvalue(res, 0, 0));
+	PQclear(res);
+	if (signo)
+	{
+		release_quietly(link, opt, token);
+		return 128 + signo;
+	}
+	return DLOCK_EXIT_OK;
+}
+
+/*
+ * DlockDescribeHolder writes who holds NAME's live lease, for the message
+ * of a refused acquire: 'held by "owner" (token 42, role app, expires in
+ * 29.8s)', or a shorter text when that cannot be read (the lease may have
+ * ended meanwhile).
+ */
+void
+DlockDescribeHolder(DlockLink *link, const DlockOptions *opt, char *buf, size_t len)
+{
+	const char *values[1] = {opt->name};
+	char		waited[32];
+	char		left[32];
+	int			signo;
+	PGresult   *res = NULL;
+
+	if (opt->wait_ms > 0)
+	{
+		DlockFormatDuration(opt->wait_ms, waited, sizeof(waited));
+		snprintf(buf, len, "\"%s\" is still held after waiting %s", opt->name, waited);
+	}
+	else
+		snprintf(buf, len, "\"%s\" is held", opt->name);
+	if (link->state == DLOCK_LINK_IDLE)
+		res = DlockLinkExec(link,
+							DlockSql("SELECT owner, token, holder_role,"
+									 " (pg_catalog.date_part('epoch', expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8"
+									 " FROM @extschema@.dlock_leases WHERE lock_name OPERATOR(pg_catalog.=) $1 AND live"),
+							1, values, &signo);
+	if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	{
+		size_t		n = strlen(buf);
+
+		DlockFormatDuration(strtoll(PQgetvalue(res, 0, 3), NULL, 10), left, sizeof(left));
+		snprintf(buf + n, len - n, " by \"%s\" (token %s, role %s, expires in %s)",
+				 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+				 PQgetisnull(res, 0, 2) ? "?" : PQgetvalue(res, 0, 2), left);
+	}
+	PQclear(res);
+}
+
+/*
+ * cmd_acquire is "dlock acquire": prints the token.
+ */
+static int
+cmd_acquire(const DlockOptions *opt)
+{
+	DlockLink	link;
+	char		owner[512];
+	char		token[32];
+	int64_t		sent_at,
+				answered_at;
+	int			rc;
+
+	if (opt->owner)
+		snprintf(owner, sizeof(owner), "%s", opt->owner);
+	else
+		snprintf(owner, sizeof(owner), "dlock acquire %s ppid %d",
+				 DlockHostname(), (int) getppid());
+	connect_or_exit(&link);
+	rc = DlockAcquireLease(&link, opt, owner, token, sizeof(token), &sent_at, &answered_at);
+	if (rc == DLOCK_EXIT_NOT_ACQUIRED)
+	{
+		char		holder[1024];
+
+		DlockDescribeHolder(&link, opt, holder, sizeof(holder));
+		DlockError("not acquired: %s", holder);
+	}
+	if (rc != DLOCK_EXIT_OK)
+	{
+		DlockLinkClose(&link);
+		return rc;
+	}
+	if (printf("%s\n", token) < 0 || fflush(stdout) != 0)
+	{
+		/* nobody would know the token: give the lease back */
+		DlockError("could not write the token: %s", strerror(errno));
+		release_quietly(&link, opt, token);
+		DlockLinkClose(&link);
+		return DLOCK_EXIT_ERROR;
+	}
+	DlockLinkClose(&link);
+	return DLOCK_EXIT_OK;
+}
+
+/*
+ * bool_call runs renew or release with (NAME, TOKEN[, ttl]) and maps the
+ * answer to the exit status: 0 true, 1 false.
+ */
+static int
+bool_call(const DlockOptions *opt, const char *sql, int nparams, const char *what)
+{
+	DlockLink	link;
+	char		token[32];
+	char		ttl[64];
+	const char *values[3];
+	char		whatname[600];
+	int			signo;
+	int			rc;
+	PGresult   *res;
+
+	snprintf(token, sizeof(token), "%" PRId64, opt->token);
+	DlockInterval(opt->ttl_ms, ttl, sizeof(ttl));
+	values[0] = opt->name;
+	values[1] = token;
+	values[2] = ttl;
+	snprintf(whatname, sizeof(whatname), "could not %s \"%s\"", what, opt->name);
+	connect_or_exit(&link);
+	res = DlockLinkExec(&link, DlockSql(sql), nparams, values, &signo);
+	if (res == NULL)
+		rc = signo ? 128 + signo : call_failed(&link, NULL, whatname);
+	else if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+		rc = call_failed(&link, res, whatname);
+	else if (DlockResultIsTrue(res))
+		rc = DLOCK_EXIT_OK;
+	else
+	{
+		DlockError("token %s does not hold a live lease on \"%s\" (it expired, was released or broken, or was taken over)",
+				   token, opt->name);
+		rc = DLOCK_EXIT_NO;
+	}
+	PQclear(res);
+	DlockLinkClose(&link);
+	return rc;
+}
+
+static int
+cmd_renew(const DlockOptions *opt)
+{
+	return bool_call(opt, "SELECT @extschema@.dlock_renew($1, $2::pg_catalog.int8, $3::pg_catalog.interval)",
+					 3, "renew");
+}
+
+static int
+cmd_release(const DlockOptions *opt)
+{
+	return bool_call(opt, "SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)",
+					 2, "release");
+}
+
+/*
+ * display_text returns text with control characters escaped (\n, \t,
+ * \xNN), so that one lease is one line of the table (malloc'd).
+ */
+static char *
+display_text(const char *text)
+{
+	char	   *out = malloc(strlen(text) * 4 + 1);
+	char	   *w = out;
+
+	if (out == NULL)
+	{
+		DlockError("out of memory");
+		exit(DLOCK_EXIT_ERROR);
+	}
+	for (; *text; text++)
+	{
+		unsigned char c = (unsigned char) *text;
+
+		if (c == '\n')
+			w += sprintf(w, "\\n");
+		else if (c == '\t')
+			w += sprintf(w, "\\t");
+		else if (c < 0x20 || c == 0x7f)
+			w += sprintf(w, "\\x%02x", c);
+		else
+			*w++ = (char) c;
+	}
+	*w = '\0';
+	return out;
+}
+
+/*
+ * display_width returns the number of characters of UTF-8 text (each
+ * counted as one column).
+ */
+static int
+display_width(const char *text)
+{
+	int			n = 0;
+
+	for (; *text; text++)
+		if (((unsigned char) *text & 0xC0) != 0x80)
+			n++;
+	return n;
+}
+
+#define STATUS_COLS 6
+
+/*
+ * cmd_status is "dlock status": one line per lease, aligned columns.
+ */
+static int
+cmd_status(const DlockOptions *opt)
+{
+	static const char *const headers[STATUS_COLS] =
+	{"NAME", "TOKEN", "HOLDER", "ROLE", "EXPIRES IN", "LIVE"};
+	DlockLink	link;
+	const char *values[1] = {opt->name};
+	char	 ***cells;
+	int			width[STATUS_COLS];
+	int			signo;
+	int			nrows,
+				row,
+				col;
+	bool		any_live = false;
+	PGresult   *res;
+
+	connect_or_exit(&link);
+	res = DlockLinkExec(&link,
+						DlockSql("SELECT lock_name, token, owner, holder_role,"
+								 " (pg_catalog.date_part('epoch', expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8,"
+								 " released, live"
+								 " FROM @extschema@.dlock_leases"
+								 " WHERE $1::pg_catalog.text IS NULL OR lock_name OPERATOR(pg_catalog.=) $1"
+								 " ORDER BY lock_name"),
+						1, values, &signo);
+	if (res == NULL)
+		return signo ? 128 + signo : call_failed(&link, NULL, "could not read the leases");
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
+	{
+		int			rc = call_failed(&link, res, "could not read the leases");
+
+		PQclear(res);
+		return rc;
+	}
+
+	nrows = PQntuples(res);
+	cells = malloc(sizeof(char **) * (nrows + 1));
+	if (cells == NULL)
+	{
+		DlockError("out of memory");
+		return DLOCK_EXIT_ERROR;
+	}
+	for (col = 0; col < STATUS_COLS; col++)
+		width[col] = display_width(headers[col]);
+	for (row = 0; row < nrows; row++)
+	{
+		char		when[64];
+		char		dur[32];
+		int64_t		left = strtoll(PQgetvalue(res, row, 4), NULL, 10);
+		bool		released = strcmp(PQgetvalue(res, row, 5), "t") == 0;
+		bool		live = strcmp(PQgetvalue(res, row, 6), "t") == 0;
+
+		any_live |= live;
+		if (live)
+			DlockFormatDuration(left, when, sizeof(when));
+		else
+		{
+			DlockFormatDuration(-left, dur, sizeof(dur));
+			snprintf(when, sizeof(when), "%s %s ago",
+					 released ? "released" : "expired", dur);
+		}
+		cells[row] = malloc(sizeof(char *) * STATUS_COLS);
+		if (cells[row] == NULL)
+		{
+			DlockError("out of memory");
+			return DLOCK_EXIT_ERROR;
+		}
+		cells[row][0] = display_text(PQgetvalue(res, row, 0));
+		cells[row][1] = display_text(PQgetvalue(res, row, 1));
+		cells[row][2] = display_text(PQgetisnull(res, row, 2) ? "" : PQgetvalue(res, row, 2));
+		cells[row][3] = display_text(PQgetisnull(res, row, 3) ? "?" : PQgetvalue(res, row, 3));
+		cells[row][4] = display_text(when);
+		cells[row][5] = display_text(live ? "yes" : "no");
+		for (col = 0; col < STATUS_COLS; col++)
+			if (display_width(cells[row][col]) > width[col])
+				width[col] = display_width(cells[row][col]);
+	}
+	PQclear(res);
+	DlockLinkClose(&link);
+
+	for (row = -1; row < nrows; row++)
+	{
+		for (col = 0; col < STATUS_COLS; col++)
+		{
+			const char *cell = row < 0 ? headers[col] : cells[row][col];
+			int			pad = width[col] - display_width(cell);
+
+			if (col == 1)		/* TOKEN: numbers right-aligned */
+				printf("%*s%s", pad, "", cell);
+			else if (col == STATUS_COLS - 1)
+				printf("%s", cell);
+			else
+				printf("%s%*s", cell, pad, "");
+			if (col < STATUS_COLS - 1)
+				fputs("  ", stdout);
+		}
+		putchar('\n');
+	}
+	if (fflush(stdout) != 0)
+		return DLOCK_EXIT_ERROR;
+	if (opt->name)
+		return any_live ? DLOCK_EXIT_OK : DLOCK_EXIT_NO;
+	return DLOCK_EXIT_OK;
+}
+
+int
+main(int argc, char **argv)
+{
+	DlockOptions opt;
+	const Command *cmd;
+
+	memset(&opt, 0, sizeof(opt));
+	opt.ttl_ms = DLOCK_DEFAULT_TTL_MS;
+	opt.wait_ms = 0;
+	opt.kill_after_ms = DLOCK_DEFAULT_KILL_AFTER_MS;
+
+	cmd = parse_args(argc, argv, &opt);
+	DlockConnInit(&opt);
+	return cmd->fn(&opt);
+}

@@ -1,0 +1,138 @@
+/*-------------------------------------------------------------------------
+ *
+ * cli/dlock_cli.h
+ *	  Declarations shared by the files of the dlock command-line tool.
+ *
+ * The tool is one single-threaded process.  Asynchronous events (signals,
+ * the child's exit, database answers) reach it through one poll() loop:
+ * signal handlers only write a record into a self-pipe (cli/signals.c) or,
+ * for the lease backstop in cli/run.c, send one kill(); everything else
+ * runs in the main flow.  Nothing here is shared between threads.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+
+#include "libpq-fe.h"
+
+/*
+ * Exit statuses.  The sysexits.h values, spelled out here because the
+ * README and --help promise them.
+ */
+#define DLOCK_EXIT_OK			0
+#define DLOCK_EXIT_NO			1	/* renew/release: the token holds no
+									 * live lease; status NAME: not live */
+#define DLOCK_EXIT_USAGE		64	/* EX_USAGE */
+#define DLOCK_EXIT_UNAVAILABLE	69	/* EX_UNAVAILABLE: no database */
+#define DLOCK_EXIT_ERROR		70	/* EX_SOFTWARE: the database reported an
+									 * error, or a system call failed */
+#define DLOCK_EXIT_NOT_ACQUIRED 75	/* EX_TEMPFAIL: CMD was not started */
+#define DLOCK_EXIT_LOST			76	/* EX_PROTOCOL: the lease was lost */
+
+/* Defaults of the options. */
+#define DLOCK_DEFAULT_TTL_MS		30000
+#define DLOCK_DEFAULT_KILL_AFTER_MS 10000
+
+/* Everything the command line says. */
+typedef struct DlockOptions
+{
+	const char *command;		/* "run", "acquire", ... */
+	const char *conninfo;		/* -d: conninfo, URI or database name */
+	const char *schema;			/* --schema, or NULL: search_path */
+	const char *owner;			/* --owner, or NULL: a default label */
+	int64_t		ttl_ms;
+	int64_t		wait_ms;
+	int64_t		kill_after_ms;
+	const char *name;			/* NAME */
+	int64_t		token;			/* TOKEN of renew and release */
+	char	  **cmd;			/* run: CMD [ARG...], NULL-terminated */
+} DlockOptions;
+
+/* One database connection, driven without blocking (cli/conn.c). */
+typedef enum DlockLinkState
+{
+	DLOCK_LINK_DOWN,			/* no connection */
+	DLOCK_LINK_CONNECTING,		/* PQconnectPoll in progress */
+	DLOCK_LINK_IDLE,			/* connected, no query in flight */
+	DLOCK_LINK_BUSY				/* a query is in flight */
+} DlockLinkState;
+
+/* What DlockLinkProgress reports. */
+typedef enum DlockLinkEvent
+{
+	DLOCK_LINK_NOTHING,			/* nothing new yet */
+	DLOCK_LINK_CONNECTED,		/* CONNECTING -> IDLE */
+	DLOCK_LINK_RESULT,			/* BUSY -> IDLE, *result is set */
+	DLOCK_LINK_FAILED			/* -> DOWN; the message is in errmsg */
+} DlockLinkEvent;
+
+typedef struct DlockLink
+{
+	PGconn	   *conn;
+	DlockLinkState state;
+	PostgresPollingStatusType connect_poll; /* CONNECTING: what to wait for */
+	bool		flushing;		/* BUSY: the query is not fully sent yet */
+	PGresult   *pending;		/* BUSY: result collected so far */
+	short		revents;		/* poll() result for the socket */
+	char		errmsg[1024];	/* the last failure, one line */
+} DlockLink;
+
+/* util.c */
+extern const char *dlock_progname;
+extern int64_t DlockNow(void);
+extern bool DlockParseDuration(const char *text, int64_t *ms);
+extern void DlockFormatDuration(int64_t ms, char *buf, size_t len);
+extern void DlockError(const char *fmt,...) __attribute__((format(printf, 1, 2)));
+extern void DlockTrim(char *text);
+extern const char *DlockHostname(void);
+
+/* signals.c */
+extern void DlockSignalsInit(void);
+extern bool DlockSignalCatch(int signo,
+							 void (*fn) (int, siginfo_t *, void *));
+extern void DlockSignalNotify(int signo, int code);
+extern int	DlockSignalFd(void);
+extern bool DlockSignalNext(int *signo, int *code);
+extern void DlockSignalsBlock(sigset_t *old);
+extern void DlockSignalsUnblock(const sigset_t *old);
+extern void DlockSignalsRestoreInChild(void);
+
+/* conn.c */
+extern void DlockConnInit(const DlockOptions *opt);
+extern PGconn *DlockConnectBlocking(void);
+extern void DlockLinkInit(DlockLink *link);
+extern bool DlockLinkAdopt(DlockLink *link, PGconn *conn);
+extern void DlockLinkStartConnect(DlockLink *link);
+extern bool DlockLinkSend(DlockLink *link, const char *sql, int nparams,
+						  const char *const *values);
+extern short DlockLinkPollEvents(const DlockLink *link);
+extern DlockLinkEvent DlockLinkProgress(DlockLink *link, PGresult **result);
+extern void DlockLinkDrop(DlockLink *link, const char *why);
+extern void DlockLinkClose(DlockLink *link);
+extern PGresult *DlockLinkExec(DlockLink *link, const char *sql, int nparams,
+							   const char *const *values, int *signo);
+extern void DlockLinkCancel(DlockLink *link);
+extern const char *DlockResultError(const PGresult *res);
+extern bool DlockResultIsTrue(const PGresult *res);
+extern char *DlockSql(const char *fmt);
+extern void DlockInterval(int64_t ms, char *buf, size_t len);
+
+/* dlock.c */
+extern int	DlockAcquireLease(DlockLink *link, const DlockOptions *opt,
+							  const char *owner, char *token, size_t tokenlen,
+							  int64_t *sent_at, int64_t *answered_at);
+extern void DlockDescribeHolder(DlockLink *link, const DlockOptions *opt,
+								char *buf, size_t len);
+
+/* run.c */
+extern int	DlockRun(const DlockOptions *opt);
+
+#endif							/* DLOCK_CLI_H */

@@ -1,0 +1,802 @@
+/*-------------------------------------------------------------------------
+ *
+ * cli/run.c
+ *	  dlock run: acquire a lease, run a command under it, renew it while
+ *	  the command runs, release it when the command exits, and stop the
+ *	  command when the lease is lost.
+ *
+ * Process model.  One dlock process, one child (CMD), no threads.  dlock
+ * forks CMD with DLOCK_NAME and DLOCK_TOKEN in its environment, in
+ * dlock's own process group (so a terminal's Ctrl-C and Ctrl-Z reach both,
+ * and CMD can read the terminal), and then runs one poll() loop over the
+ * self-pipe of its signal handlers (cli/signals.c) and the socket of its
+ * database connection (cli/conn.c, never blocking), with a timeout taken
+ * from the next timer.  Every wake-up does, in this order:
+ *
+ *   1. read the monotonic clock and check the lease's local deadline
+ *      before trusting anything else (a process that was stopped with
+ *      SIGSTOP, or starved, learns here that its lease may be gone, before
+ *      it reads any answer or sends any query);
+ *   2. reap CMD (waitpid WNOHANG, on every wake-up, so a lost SIGCHLD
+ *      record cannot matter);
+ *   3. handle signals: SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
+ *      SIGUSR2 are passed on to CMD with kill(), except those the kernel
+ *      sent (si_code SI_KERNEL: the terminal), which reached CMD already
+ *      through the process group;
+ *   4. advance the connection: the answer of a renew or release, a
+ *      finished reconnect, a failure;
+ *   5. decide: start CMD, stop it, send the next renew or the release,
+ *      reconnect, exit.
+ *
+ * Timing rules (ttl T; all times on CLOCK_MONOTONIC, in ms):
+ *
+ *   - The lease's local deadline is the time the last successful acquire
+ *     or renew was SENT, plus T.  The server granted or renewed it after
+ *     that moment, so it expires (by the server's clock, which runs at the
+ *     same rate) no earlier.  A renew is sent every T/3 after the last
+ *     successful one.
+ *   - A renew that fails (connection lost, SQL error, no answer) is
+ *     retried on a fresh connection with backoff (50 ms doubling to 1 s)
+ *     until the deadline.  Each attempt is abandoned after half the time
+ *     that was left to the deadline when it began (at least 200 ms), so a
+ *     database that hangs without closing the connection is left for a
+ *     new one in time.
+ *   - The lease is lost when a renew returns false (broken, or expired and
+ *     taken over), or when the deadline passes without a successful
+ *     renew.  dlock then sends nothing more to the database (it drops the
+ *     connection): a lost lease is never renewed or released, so a newer
+ *     holder's lease is never touched.  CMD gets SIGTERM, and SIGKILL
+ *     --kill-after later if it is still running; dlock exits 76.
+ *   - CMD is started only while at least 2T/3 of the lease is left.  After
+ *     an acquire that waited (--wait) the deadline from the acquire's send
+ *     time may already have passed although the lease was just granted:
+ *     dlock then renews first and starts CMD once a renew confirms it.
+ *     Losing the lease before CMD started exits 75.
+ *   - Backstop: while CMD runs, an interval timer (ITIMER_REAL, SIGALRM)
+ *     is armed for the deadline.  Its handler sends CMD SIGTERM itself if
+ *     the deadline has passed, so CMD is told even if the main loop were
+ *     stuck in a blocking call (a host name lookup while reconnecting).
+ *     The handler only calls clock_gettime(), kill() and write(); the
+ *     main loop changes the timer's state with all signals blocked, and a
+ *     flag (backstop_fired) makes sure SIGTERM is sent once.
+ *   - When CMD exits, dlock releases the lease (retrying like a renew until
+ *     the deadline) and exits with CMD's status (128+N if a signal N killed
+ *     it).  A release or renew that returns false after CMD exited, or a
+ *     deadline found passed when dlock wakes up, means the lease may have
+ *     ended while CMD ran: dlock exits 76 then too.
+ *   - If dlock itself dies (SIGKILL, OOM killer), CMD gets SIGTERM
+ *     (PR_SET_PDEATHSIG, on Linux), since nobody renews the lease any more.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "dlock_cli.h"
+
+#define BACKOFF_MIN_MS		50
+#define BACKOFF_MAX_MS		1000
+#define ATTEMPT_MIN_MS		200
+
+/* Which call is in flight on the link. */
+typedef enum Call
+{
+	CALL_NONE,
+	CALL_RENEW,
+	CALL_RELEASE
+} Call;
+
+typedef struct Run
+{
+	const DlockOptions *opt;
+	DlockLink	link;
+	char		token[32];
+	char		ttl_text[64];
+	char	   *renew_sql;
+	char	   *release_sql;
+
+	/* the lease */
+	bool		confirmed;		/* deadline is a proven lower bound of the
+								 * lease's expiry (else: a give-up time) */
+	int64_t		deadline;
+	int64_t		next_renew;
+	bool		lost;
+	bool		releasing;		/* CMD is done: release, then exit */
+
+	/* the database call in flight, and retries */
+	Call		call;
+	int64_t		sent_at;		/* when the call in flight was sent */
+	int64_t		attempt_end;	/* abandon the connect or call at */
+	int64_t		retry_at;		/* no new attempt before */
+	int64_t		backoff;
+	bool		failing;		/* attempts failed since the last success */
+
+	/* CMD */
+	pid_t		child;			/* 0 until started */
+	bool		child_done;
+	int			child_status;	/* its status, shell-style */
+	int64_t		term_at;		/* when it got SIGTERM after the loss */
+	bool		killed;			/* SIGKILL sent */
+	int			interrupt;		/* signal that stopped dlock without CMD */
+	bool		reported;		/* CMD's status was reported after the loss */
+} Run;
+
+static void reap(Run *r);
+
+/* Backstop state, shared with the SIGALRM handler (see the header). */
+static volatile sig_atomic_t backstop_pid;
+static volatile sig_atomic_t backstop_fired;
+static int64_t backstop_deadline;
+
+/*
+ * backstop_handler is the SIGALRM handler: if the lease's deadline has
+ * passed and CMD has not been told yet, it sends CMD SIGTERM; then it
+ * wakes the main loop.
+ */
+static void
+backstop_handler(int signo, siginfo_t *info, void *context)
+{
+	int			save_errno = errno;
+
+	(void) context;
+	if (backstop_pid > 0 && !backstop_fired && DlockNow() >= backstop_deadline)
+	{
+		backstop_fired = 1;
+		kill((pid_t) backstop_pid, SIGTERM);
+	}
+	DlockSignalNotify(signo, info ? info->si_code : 0);
+	errno = save_errno;
+}
+
+/*
+ * set_backstop arms the backstop for CMD pid at deadline, or disarms it
+ * when pid is 0.
+ */
+static void
+set_backstop(pid_t pid, int64_t deadline)
+{
+	sigset_t	old;
+	struct itimerval it;
+
+	memset(&it, 0, sizeof(it));
+	DlockSignalsBlock(&old);
+	backstop_pid = pid;
+	backstop_deadline = deadline;
+	if (pid > 0)
+	{
+		/* one ms late rather than early: the handler re-checks the clock */
+		int64_t		left = deadline - DlockNow() + 1;
+
+		if (left < 1)
+			left = 1;
+		it.it_value.tv_sec = left / 1000;
+		it.it_value.tv_usec = (left % 1000) * 1000;
+	}
+	setitimer(ITIMER_REAL, &it, NULL);
+	DlockSignalsUnblock(&old);
+}
+
+/*
+ * say prints a message about the lease on stderr.
+ */
+static void
+say(const Run *r, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+
+static void
+say(const Run *r, const char *fmt,...)
+{
+	va_list		ap;
+	char		msg[2048];
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	DlockError("lease on \"%s\" (token %s): %s", r->opt->name, r->token, msg);
+}
+
+/*
+ * status_text describes CMD's exit status for messages.
+ */
+static const char *
+status_text(int status)
+{
+	static char buf[64];
+
+	if (status > 128 && status < 128 + NSIG)
+		snprintf(buf, sizeof(buf), "was killed by signal %d (%s)",
+				 status - 128, strsignal(status - 128));
+	else
+		snprintf(buf, sizeof(buf), "exited with status %d", status);
+	return buf;
+}
+
+/*
+ * stop_child sends CMD SIGTERM, unless the backstop did already, and
+ * disarms the backstop.
+ */
+static void
+stop_child(Run *r, int64_t now)
+{
+	sigset_t	old;
+
+	DlockSignalsBlock(&old);
+	if (!backstop_fired && r->child > 0)
+		kill(r->child, SIGTERM);
+	backstop_fired = 1;
+	DlockSignalsUnblock(&old);
+	set_backstop(0, 0);
+	r->term_at = now;
+}
+
+/*
+ * lose marks the lease lost: nothing more is sent to the database, and a
+ * running CMD is stopped.  why is one line; detail, when not NULL, is the
+ * last error (libpq's, possibly several lines), printed after it.
+ */
+static void
+lose(Run *r, int64_t now, const char *why, const char *detail)
+{
+	char		ka[32];
+
+	r->lost = true;
+	DlockLinkDrop(&r->link, NULL);
+	r->call = CALL_NONE;
+	reap(r);					/* for the message: is CMD still running? */
+	if (r->child > 0 && !r->child_done)
+	{
+		DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
+		say(r, "lost: %s; stopping CMD (pid %d) with SIGTERM, SIGKILL in %s",
+			why, (int) r->child, ka);
+		stop_child(r, now);
+	}
+	else if (r->child > 0)
+	{
+		say(r, "lost: %s; CMD %s", why, status_text(r->child_status));
+		r->reported = true;
+	}
+	else
+		say(r, "lost before CMD could start: %s", why);
+	if (detail && *detail)
+		DlockError("last error: %s", detail);
+}
+
+/*
+ * attempt_budget returns when an attempt that starts now is abandoned.
+ */
+static int64_t
+attempt_budget(const Run *r, int64_t now)
+{
+	int64_t		half = (r->deadline - now) / 2;
+
+	return now + (half > ATTEMPT_MIN_MS ? half : ATTEMPT_MIN_MS);
+}
+
+/*
+ * failed records a failed attempt (why) and schedules the next one.
+ */
+static void
+failed(Run *r, int64_t now, const char *why)
+{
+	char		left[32];
+
+	if (!r->failing)
+	{
+		DlockFormatDuration(r->deadline - now, left, sizeof(left));
+		say(r, "could not %s it, retrying for up to %s: %s",
+			r->releasing ? "release" : "renew", left, why);
+	}
+	r->failing = true;
+	r->call = CALL_NONE;
+	r->retry_at = now + r->backoff;
+	r->backoff = r->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff * 2;
+}
+
+/*
+ * succeeded resets the retry state after a successful call.
+ */
+static void
+succeeded(Run *r)
+{
+	if (r->failing && !r->releasing)
+		say(r, "renewed again");
+	r->failing = false;
+	r->backoff = BACKOFF_MIN_MS;
+	r->retry_at = 0;
+	r->call = CALL_NONE;
+}
+
+/*
+ * start_child forks and executes CMD.
+ */
+static void
+start_child(Run *r)
+{
+	sigset_t	old;
+	pid_t		parent = getpid();
+	pid_t		pid;
+
+	if (setenv("DLOCK_NAME", r->opt->name, 1) != 0 ||
+		setenv("DLOCK_TOKEN", r->token, 1) != 0)
+	{
+		DlockError("could not set the environment of CMD: %s", strerror(errno));
+		r->child_done = true;
+		r->child_status = DLOCK_EXIT_ERROR;
+		r->releasing = true;
+		return;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	DlockSignalsBlock(&old);
+	pid = fork();
+	if (pid == 0)
+	{
+		int			err;
+
+#ifdef __linux__
+		/* dlock dies -> nobody renews: CMD must stop */
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent)
+			_exit(128 + SIGTERM);
+#endif
+		(void) parent;
+		DlockSignalsRestoreInChild();
+		execvp(r->opt->cmd[0], r->opt->cmd);
+		err = errno;
+		DlockError("could not execute \"%s\": %s", r->opt->cmd[0], strerror(err));
+		_exit(err == ENOENT ? 127 : 126);
+	}
+	DlockSignalsUnblock(&old);
+	if (pid < 0)
+	{
+		DlockError("could not start CMD: fork failed: %s", strerror(errno));
+		r->child_done = true;
+		r->child_status = DLOCK_EXIT_ERROR;
+		r->releasing = true;
+		return;
+	}
+	r->child = pid;
+	set_backstop(pid, r->deadline);
+}
+
+/*
+ * reap collects CMD's exit status if it has exited.
+ */
+static void
+reap(Run *r)
+{
+	int			status;
+	pid_t		pid;
+
+	if (r->child <= 0 || r->child_done)
+		return;
+	do
+		pid = waitpid(r->child, &status, WNOHANG);
+	while (pid < 0 && errno == EINTR);
+	if (pid != r->child)
+		return;
+	r->child_done = true;
+	if (WIFEXITED(status))
+		r->child_status = WEXITSTATUS(status);
+	else if (WIFSIGNALED(status))
+		r->child_status = 128 + WTERMSIG(status);
+	else
+		r->child_status = DLOCK_EXIT_ERROR;
+	set_backstop(0, 0);
+	if (!r->lost)
+		r->releasing = true;
+}
+
+/*
+ * handle_signals reads the signal records: passes signals on to a running
+ * CMD, or notes a stopping signal when there is no CMD to pass it to.
+ */
+static void
+handle_signals(Run *r)
+{
+	int			signo,
+				code;
+
+	while (DlockSignalNext(&signo, &code))
+	{
+		if (signo == SIGCHLD || signo == SIGALRM)
+			continue;
+		if (r->child > 0 && !r->child_done)
+		{
+#ifdef SI_KERNEL
+			/* sent by the terminal to the process group: CMD has it too */
+			if (code == SI_KERNEL)
+				continue;
+#endif
+			kill(r->child, signo);
+		}
+		else if (signo == SIGHUP || signo == SIGINT || signo == SIGQUIT ||
+				 signo == SIGTERM)
+		{
+			if (r->interrupt == 0)
+				r->interrupt = signo;
+		}
+	}
+}
+
+/*
+ * handle_result takes the answer of the call in flight.
+ */
+static void
+handle_result(Run *r, int64_t now, PGresult *res)
+{
+	Call		call = r->call;
+	char		why[1200];
+
+	r->call = CALL_NONE;
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	{
+		/* an SQL error: try again (on this connection) until the deadline */
+		snprintf(why, sizeof(why), "%s", DlockResultError(res));
+		failed(r, now, why);
+		return;
+	}
+	if (call == CALL_RENEW)
+	{
+		if (!DlockResultIsTrue(res))
+		{
+			lose(r, now, "dlock_renew returned false: the lease was broken, or it expired and was taken over", NULL);
+			return;
+		}
+		succeeded(r);
+		r->confirmed = true;
+		r->deadline = r->sent_at + r->opt->ttl_ms;
+		r->next_renew = r->sent_at + r->opt->ttl_ms / 3;
+		if (r->child > 0 && !r->child_done)
+			set_backstop(r->child, r->deadline);
+	}
+	else if (call == CALL_RELEASE)
+	{
+		if (!DlockResultIsTrue(res))
+		{
+			lose(r, now, "dlock_release returned false: the lease was broken, or it expired and was taken over, before it could be released", NULL);
+			return;
+		}
+		succeeded(r);
+		DlockLinkClose(&r->link);
+		exit(r->child_status);
+	}
+}
+
+/*
+ * finish_if_done exits when there is nothing left to do: CMD is done (or was never
+ * started) and the lease is lost, released or given up.  Returns when
+ * there is still something to do.
+ */
+static void
+finish_if_done(Run *r, int64_t now)
+{
+	if (r->lost)
+	{
+		if (r->child == 0)
+			exit(r->releasing ? r->child_status : DLOCK_EXIT_NOT_ACQUIRED);
+		if (r->child_done)
+		{
+			if (!r->reported)
+				say(r, "CMD %s after the lease was lost", status_text(r->child_status));
+			DlockLinkClose(&r->link);
+			exit(DLOCK_EXIT_LOST);
+		}
+		return;
+	}
+	if (r->releasing && r->interrupt)
+	{
+		say(r, "not released (interrupted by %s); it ends when it expires",
+			strsignal(r->interrupt));
+		DlockLinkClose(&r->link);
+		exit(r->child_status);
+	}
+	if (r->child == 0 && r->interrupt)
+	{
+		/* interrupted before CMD started: release, exit 128+signal */
+		r->releasing = true;
+		r->child_done = true;
+		r->child_status = 128 + r->interrupt;
+		r->interrupt = 0;
+	}
+	(void) now;
+}
+
+/*
+ * drive_link sends the next call, or reconnects, when it is time.
+ */
+static void
+drive_link(Run *r, int64_t now)
+{
+	const char *values[3];
+	char		token_param[32];
+
+	if (r->lost)
+		return;
+	if ((r->link.state == DLOCK_LINK_CONNECTING || r->link.state == DLOCK_LINK_BUSY) &&
+		now >= r->attempt_end)
+	{
+		DlockLinkDrop(&r->link, "the database did not answer in time");
+		failed(r, now, r->link.errmsg);
+	}
+	if (now < r->retry_at)
+		return;
+	if (r->link.state == DLOCK_LINK_DOWN)
+	{
+		DlockLinkStartConnect(&r->link);
+		if (r->link.state == DLOCK_LINK_DOWN)
+			failed(r, now, r->link.errmsg);
+		else
+			r->attempt_end = attempt_budget(r, now);
+		return;
+	}
+	if (r->link.state != DLOCK_LINK_IDLE)
+		return;
+	snprintf(token_param, sizeof(token_param), "%s", r->token);
+	values[0] = r->opt->name;
+	values[1] = token_param;
+	values[2] = r->ttl_text;
+	if (r->releasing)
+	{
+		r->sent_at = DlockNow();
+		r->call = CALL_RELEASE;
+		if (!DlockLinkSend(&r->link, r->release_sql, 2, values))
+			failed(r, now, r->link.errmsg);
+		else
+			r->attempt_end = attempt_budget(r, now);
+	}
+	else if (now >= r->next_renew)
+	{
+		/* the deadline counts from here: take the time before sending */
+		r->sent_at = DlockNow();
+		r->call = CALL_RENEW;
+		if (!DlockLinkSend(&r->link, r->renew_sql, 3, values))
+			failed(r, now, r->link.errmsg);
+		else
+			r->attempt_end = attempt_budget(r, now);
+	}
+}
+
+/*
+ * next_wake returns when the loop must wake up at the latest, or -1 for
+ * never (only events).
+ */
+static int64_t
+next_wake(const Run *r)
+{
+	int64_t		wake = INT64_MAX;
+
+#define EARLIER(t) do { if ((t) < wake) wake = (t); } while (0)
+	if (!r->lost)
+	{
+		EARLIER(r->deadline);
+		switch (r->link.state)
+		{
+			case DLOCK_LINK_DOWN:
+				EARLIER(r->retry_at);
+				break;
+			case DLOCK_LINK_CONNECTING:
+			case DLOCK_LINK_BUSY:
+				EARLIER(r->attempt_end);
+				break;
+			case DLOCK_LINK_IDLE:
+				if (r->releasing)
+					EARLIER(r->retry_at);
+				else
+					EARLIER(r->next_renew > r->retry_at ? r->next_renew : r->retry_at);
+				break;
+		}
+	}
+	else if (r->child > 0 && !r->child_done && !r->killed)
+		EARLIER(r->term_at + r->opt->kill_after_ms);
+#undef EARLIER
+	return wake == INT64_MAX ? -1 : wake;
+}
+
+/*
+ * check_deadline is step 1 of every wake-up: has the lease's local
+ * deadline passed?
+ */
+static void
+check_deadline(Run *r, int64_t now)
+{
+	char		late[32];
+
+	if (r->lost || now < r->deadline)
+		return;
+	if (r->child == 0 && !r->confirmed)
+	{
+		r->lost = true;
+		DlockLinkDrop(&r->link, NULL);
+		DlockError("acquired \"%s\" (token %s) after waiting, but could not confirm it with a renew: %s",
+				   r->opt->name, r->token,
+				   r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
+		return;
+	}
+	if (r->releasing)
+	{
+		/* CMD finished while the lease was held; it has expired by now */
+		say(r, "not released: %s; it has expired by now",
+			r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
+		DlockLinkClose(&r->link);
+		exit(r->child_status);
+	}
+	DlockFormatDuration(now - r->deadline, late, sizeof(late));
+	if (r->failing)
+		lose(r, now, "no renew succeeded before it expired", r->link.errmsg);
+	else if (r->call == CALL_RENEW)
+		lose(r, now, "the database did not answer the renew before the lease expired", NULL);
+	else
+	{
+		char		why[200];
+
+		snprintf(why, sizeof(why),
+				 "dlock could not renew it in time, its deadline passed %s ago (was dlock stopped, or starved of CPU?)",
+				 late);
+		lose(r, now, why, NULL);
+	}
+}
+
+/*
+ * DlockRun is "dlock run": see the file header.  It returns (or exits
+ * with) dlock's exit status.
+ */
+int
+DlockRun(const DlockOptions *opt)
+{
+	Run			r;
+	PGconn	   *conn;
+	char		owner[512];
+	int64_t		answered_at;
+	int			rc;
+	static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+	size_t		i;
+
+	memset(&r, 0, sizeof(r));
+	r.opt = opt;
+	r.backoff = BACKOFF_MIN_MS;
+	DlockInterval(opt->ttl_ms, r.ttl_text, sizeof(r.ttl_text));
+	r.renew_sql = DlockSql("SELECT @extschema@.dlock_renew($1, $2::pg_catalog.int8, $3::pg_catalog.interval)");
+	r.release_sql = DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)");
+	if (opt->owner)
+		snprintf(owner, sizeof(owner), "%s", opt->owner);
+	else
+		snprintf(owner, sizeof(owner), "dlock run %s pid %d", DlockHostname(),
+				 (int) getpid());
+
+	/* connect before catching signals: a Ctrl-C now just ends dlock */
+	conn = DlockConnectBlocking();
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		char		msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
+		DlockTrim(msg);
+		DlockError("%s", msg);
+		PQfinish(conn);
+		return DLOCK_EXIT_UNAVAILABLE;
+	}
+	DlockLinkInit(&r.link);
+	if (!DlockLinkAdopt(&r.link, conn))
+	{
+		DlockError("%s", r.link.errmsg);
+		return DLOCK_EXIT_UNAVAILABLE;
+	}
+
+	DlockSignalsInit();
+	for (i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+		DlockSignalCatch(forwarded[i], NULL);
+	DlockSignalCatch(SIGCHLD, NULL);
+	DlockSignalCatch(SIGALRM, backstop_handler);
+
+	rc = DlockAcquireLease(&r.link, opt, owner, r.token, sizeof(r.token),
+						   &r.sent_at, &answered_at);
+	if (rc == DLOCK_EXIT_NOT_ACQUIRED)
+	{
+		char		holder[1024];
+
+		DlockDescribeHolder(&r.link, opt, holder, sizeof(holder));
+		DlockError("not acquired: %s", holder);
+		return rc;
+	}
+	if (rc != DLOCK_EXIT_OK)
+		return rc;
+
+	/* The lease is ours.  See "Timing rules" in the header. */
+	r.confirmed = r.sent_at + opt->ttl_ms > answered_at;
+	r.deadline = r.confirmed ? r.sent_at + opt->ttl_ms : answered_at + opt->ttl_ms;
+	r.next_renew = r.sent_at + opt->ttl_ms / 3;
+
+	for (;;)
+	{
+		struct pollfd fds[2];
+		int			nfds = 1;
+		int64_t		now = DlockNow();
+		int64_t		wake;
+		int			timeout;
+		PGresult   *res;
+		DlockLinkEvent ev;
+
+		/* 1. the clock first */
+		check_deadline(&r, now);
+		/* 2. CMD */
+		reap(&r);
+		/* 3. signals */
+		handle_signals(&r);
+		reap(&r);
+		/* 4. the connection */
+		if (!r.lost)
+		{
+			ev = DlockLinkProgress(&r.link, &res);
+			if (ev == DLOCK_LINK_RESULT)
+			{
+				handle_result(&r, now, res);
+				PQclear(res);
+			}
+			else if (ev == DLOCK_LINK_FAILED)
+				failed(&r, now, r.link.errmsg);
+		}
+		/* 5. decide */
+		if (r.lost && r.child > 0 && !r.child_done && !r.killed &&
+			now >= r.term_at + opt->kill_after_ms)
+		{
+			char		ka[32];
+
+			DlockFormatDuration(opt->kill_after_ms, ka, sizeof(ka));
+			say(&r, "CMD (pid %d) still running %s after SIGTERM: sending SIGKILL",
+				(int) r.child, ka);
+			kill(r.child, SIGKILL);
+			r.killed = true;
+		}
+		finish_if_done(&r, now);
+		if (!r.lost && r.child == 0 && !r.releasing && r.confirmed &&
+			r.deadline - now >= opt->ttl_ms - opt->ttl_ms / 3)
+			start_child(&r);
+		else if (!r.lost && r.child == 0 && !r.releasing && r.next_renew > now)
+			r.next_renew = now; /* not fresh enough to start CMD: renew */
+		drive_link(&r, now);
+
+		/* wait */
+		fds[0].fd = DlockSignalFd();
+		fds[0].events = POLLIN;
+		fds[0].revents = 0;
+		if (!r.lost && DlockLinkPollEvents(&r.link))
+		{
+			fds[1].fd = PQsocket(r.link.conn);
+			fds[1].events = DlockLinkPollEvents(&r.link);
+			fds[1].revents = 0;
+			nfds = 2;
+		}
+		wake = next_wake(&r);
+		now = DlockNow();
+		if (wake < 0)
+			timeout = -1;
+		else if (wake <= now)
+			timeout = 0;
+		else
+			timeout = wake - now > 60000 ? 60000 : (int) (wake - now);
+		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
+		{
+			DlockError("poll failed: %s", strerror(errno));
+			if (r.child > 0 && !r.child_done)
+				kill(r.child, SIGTERM);
+			return DLOCK_EXIT_ERROR;
+		}
+		if (nfds == 2)
+			r.link.revents = fds[1].revents;
+	}
+}
