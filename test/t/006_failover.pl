@@ -47,6 +47,11 @@
 #        a waiting acquire served at a release;
 #      - after a restart of the promoted server, tokens are still greater.
 #
+# Then two failovers in a row, with and without preload, the second to a
+# standby that never followed the first promoted one (see
+# second_failover): its tokens must be greater than the first promoted
+# standby's.
+#
 # Copyright (c) 2026, the dlock authors
 
 use strict;
@@ -57,6 +62,33 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use DlockTest;
 use List::Util qw(max);
+
+# The extension, a table protected by dlock_fence, and burn_until(p_name,
+# p_target, p_max), which takes lease p_name again and again (releasing it
+# in between) until its token is at least p_target, p_max times at most,
+# and returns the last token; the lease stays held.
+my $setup_sql = q{
+CREATE EXTENSION dlock;
+CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL, fence_token bigint);
+CREATE TRIGGER acct_fence BEFORE INSERT OR UPDATE ON acct FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('acct:{id}', 'fence_token');
+CREATE FUNCTION burn_until(p_name text, p_target bigint, p_max int)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  t bigint;
+BEGIN
+  FOR i IN 1 .. p_max LOOP
+    t := dlock_acquire(p_name, '1 hour');
+    IF t IS NULL THEN
+      RAISE EXCEPTION 'lease % is held', p_name;
+    END IF;
+    EXIT WHEN t >= p_target OR i = p_max;
+    PERFORM dlock_release(p_name, t);
+  END LOOP;
+  RETURN t;
+END
+$$;
+};
 
 # scenario runs the whole sequence above for $mode ('async' or 'sync'),
 # with dlock preloaded when $preload.
@@ -106,33 +138,7 @@ SELECT pg_reload_conf();
 	};
 
 	# 1. The extension, a protected table and leases in every state.
-	$primary->safe_psql(
-		'postgres', q{
-CREATE EXTENSION dlock;
-CREATE TABLE acct (id int PRIMARY KEY, balance int NOT NULL, fence_token bigint);
-CREATE TRIGGER acct_fence BEFORE INSERT OR UPDATE ON acct FOR EACH ROW
-  EXECUTE FUNCTION dlock_fence('acct:{id}', 'fence_token');
-
--- burn_until takes lease p_name again and again (releasing it in between)
--- until its token is at least p_target, p_max times at most, and returns
--- the last token; the lease stays held.
-CREATE FUNCTION burn_until(p_name text, p_target bigint, p_max int)
-RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-  t bigint;
-BEGIN
-  FOR i IN 1 .. p_max LOOP
-    t := dlock_acquire(p_name, '1 hour');
-    IF t IS NULL THEN
-      RAISE EXCEPTION 'lease % is held', p_name;
-    END IF;
-    EXIT WHEN t >= p_target OR i = p_max;
-    PERFORM dlock_release(p_name, t);
-  END LOOP;
-  RETURN t;
-END
-$$;
-});
+	$primary->safe_psql('postgres', $setup_sql);
 	my %tok;
 	for my $i (1 .. 3)
 	{
@@ -381,9 +387,94 @@ $$;
 	return;
 }
 
+# second_failover: two failovers in a row, the second to a standby that
+# never followed the first promoted one.  Standbys S1 and S2 follow primary
+# P.  P crashes; S1 is promoted and grants leases (one holder writes its
+# protected row); S1 crashes too, before S2 followed it.  S2, which has
+# only P's WAL, is promoted.  Without a WAL archive both promotions pick
+# timeline 2, so S1 and S2 have the same system identifier, timeline and
+# database: tokens that depend only on those repeat S1's.  S2's tokens
+# must be greater than every token S1 issued, and S1's holder, which still
+# believes it holds its lease, cannot write once S2 granted it again.
+sub second_failover
+{
+	my ($preload) = @_;
+	my $tag = 'second failover' . ($preload ? ', preload' : ', no preload');
+	my $id = 'second' . ($preload ? '_preload' : '_plain');
+	note "scenario: $tag";
+
+	my $p = PostgreSQL::Test::Cluster->new("${id}_p");
+	$p->init(allows_streaming => 1);
+	$p->append_conf('postgresql.conf',
+		$preload ? "shared_preload_libraries = 'dlock'\n" : "\n");
+	$p->start;
+	$p->safe_psql('postgres', $setup_sql);
+	my $t0 =
+	  $p->safe_psql('postgres', "SELECT dlock_acquire('acct:1', '1 second')");
+	$p->safe_psql('postgres', "INSERT INTO acct VALUES (1, 100, $t0)");
+	$p->backup('b');
+	my @s;
+	for my $i (1, 2)
+	{
+		$s[$i] = PostgreSQL::Test::Cluster->new("${id}_s$i");
+		$s[$i]->init_from_backup($p, 'b', has_streaming => 1);
+		$s[$i]->start;
+	}
+	$p->stop('immediate');
+
+	# S2 is down while S1 takes over, so it never follows S1.
+	$s[2]->stop;
+	$s[1]->promote;
+	$s[1]->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die "S1 was not promoted";
+	$s[1]->poll_query_until('postgres',
+		"SELECT NOT live FROM dlock_leases WHERE lock_name = 'acct:1'")
+	  or die "the lease of acct:1 did not expire";
+	my @s1 = map {
+		$s[1]->safe_psql('postgres',
+			"SELECT dlock_acquire('s1-$_', '1 hour')")
+	} 1 .. 3;
+	my $s1_acct =
+	  $s[1]->safe_psql('postgres', "SELECT dlock_acquire('acct:1', '1 hour')");
+	push @s1, $s1_acct;
+	$s[1]->safe_psql('postgres',
+		"UPDATE acct SET balance = 90, fence_token = $s1_acct WHERE id = 1");
+	my $tli1 = $s[1]->safe_psql('postgres',
+		'SELECT timeline_id FROM pg_control_checkpoint()');
+	$s[1]->stop('immediate');
+
+	$s[2]->start;
+	$s[2]->promote;
+	$s[2]->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+	  or die "S2 was not promoted";
+	note "$tag: timelines: S1 $tli1, S2 "
+	  . $s[2]->safe_psql('postgres',
+		'SELECT timeline_id FROM pg_control_checkpoint()');
+	my $first = $s[2]->safe_psql('postgres',
+		"SELECT dlock_acquire('s2-1', '1 hour')");
+	cmp_ok($first, '>', max(@s1),
+		"$tag: S2's first token $first is greater than every token S1 issued (@s1)"
+	);
+
+	# S1's holder of acct:1 writes with its token once S2 has granted
+	# acct:1 as many times as it takes to reach that token.
+	my $s2_acct = $s[2]->safe_psql('postgres',
+		"SELECT burn_until('acct:1', $s1_acct, 1000)");
+	fails_with(
+		$s[2],
+		"UPDATE acct SET balance = 80, fence_token = $s1_acct WHERE id = 1",
+		'55T01',
+		"$tag: S1's holder of acct:1 (token $s1_acct) cannot write on S2, whose holder has token $s2_acct"
+	);
+	$s[2]->stop;
+	return;
+}
+
 scenario('async', 0);
 scenario('async', 1);
 scenario('sync', 0);
 scenario('sync', 1);
+second_failover(0);
+second_failover(1);
 
 done_testing();
