@@ -17,6 +17,7 @@
 
 #include "postgres.h"
 
+#include "access/tableam.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
@@ -49,5 +50,17 @@
 #define DlockMyProcNumber()		(MyProc->pgprocno)
 #endif
 #define DlockProcLatch(n)		(&GetPGProcByNumber(n)->procLatch)
+
+/*
+ * table_tuple_update reports whether the new version needs index entries:
+ * a bool before PG16, a TU_UpdateIndexes after.
+ */
+#if PG_VERSION_NUM >= 160000
+typedef TU_UpdateIndexes DlockUpdateIndexes;
+#define DlockNeedsIndexInsert(u)	((u) != TU_None)
+#else
+typedef bool DlockUpdateIndexes;
+#define DlockNeedsIndexInsert(u)	(u)
+#endif
 
 #endif							/* DLOCK_COMPAT_H */

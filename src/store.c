@@ -4,14 +4,21 @@
  *	  All access to the lease table (dlock_lease) and the token sequence
  *	  (dlock_token_seq).
  *
- * Every statement is prepared once per backend through SPI, kept with
- * SPI_keepplan and run with a fresh snapshot (GetLatestSnapshot) and READ
- * COMMITTED rules (store_exec), so a call sees and changes the leases as
- * they are now even inside a REPEATABLE READ transaction.  The statements run as the owner of the lease table (the
- * extension's owner) under SECURITY_LOCAL_USERID_CHANGE: the table and the
- * sequence stay private, and callers reach them only through these
- * functions.  All SQL is schema-qualified, operators included, so the
- * caller's search_path cannot redirect it.
+ The hot paths (taking over an ended lease, renew, release, break, and the
+ * 'latest' fence's read) access the table directly: a lookup in the
+ * primary key index with a fresh snapshot (GetLatestSnapshot), then
+ * table_tuple_lock / table_tuple_update on the version read, with the
+ * index entry added when an update is not HOT ("Direct access" below).
+ * The rest (creating a name's first row, the 'live' fence's lock, purge)
+ * are SQL statements prepared once per backend through SPI, kept with
+ * SPI_keepplan and run with a fresh snapshot (store_exec).  Both run with
+ * READ COMMITTED rules, so a call sees and changes the leases as they are
+ * now even inside a REPEATABLE READ transaction.  All of it runs as the
+ * owner of the lease table (the extension's owner) under
+ * SECURITY_LOCAL_USERID_CHANGE: the table and the sequences stay private,
+ * and callers reach them only through these functions.  All SQL is
+ * schema-qualified, operators included, so the caller's search_path cannot
+ * redirect it; the direct paths name nothing at all.
  *
  * The extension's schema is that of the calling SQL function (fn_oid), so
  * nothing is looked up by name in pg_extension.  The schema, the table OID,
@@ -23,11 +30,13 @@
  *
  * - Acquire never waits for another transaction.  A row that is locked by
  *   an open transaction (an uncommitted acquire, renew, release or break,
- *   or a 'live' fenced writer) counts as held: the takeover selects the
- *   row FOR UPDATE SKIP LOCKED, and the same statement's read of the row
- *   then reports "held" (with the expiry a waiter can sleep until, when
- *   the lease it sees is live).  FOR UPDATE (not NO KEY UPDATE) conflicts
- *   with every row lock, including FOR KEY SHARE.
+ *   or a 'live' fenced writer) counts as held: the takeover reads the row
+ *   and, when its lease ended, locks that version FOR UPDATE without
+ *   waiting (LockWaitSkip); a lock it cannot have means "held" (a live
+ *   lease it read reports its expiry, which a waiter can sleep until).
+ *   FOR UPDATE (not NO KEY UPDATE) conflicts with every row lock,
+ *   including FOR KEY SHARE.  Only the version that was checked is ever
+ *   locked; if it changed since the read, the takeover reads again.
  *
  * - A name with no row yet is created by INSERT ... ON CONFLICT DO NOTHING.
  *   Two sessions inserting the same new name would make the second wait
@@ -42,10 +51,13 @@
  *   then the index insertion.  Nobody waits on the name lock, so it cannot
  *   take part in a deadlock.
  *
- * - Renew, release and break are single UPDATEs.  They may wait for a
- *   concurrent transaction that changed the same row (its outcome decides
- *   theirs), and take FOR NO KEY UPDATE, which does not conflict with the
- *   FOR KEY SHARE lock a fenced writer holds.
+ * - Renew, release and break read the row and, when it qualifies, update
+ *   that version in place of an UPDATE statement: they may wait for a
+ *   concurrent transaction that changed or locked the same row (its
+ *   outcome decides theirs: if it committed a change, they read the newest
+ *   version and decide again, as READ COMMITTED rules would), and take FOR
+ *   NO KEY UPDATE, which does not conflict with the FOR KEY SHARE lock a
+ *   fenced writer holds.
  *
  * - The attempts of a waiting acquire, and acquire, renew, release and
  *   break inside a transaction block, each run in a subtransaction that is
@@ -95,8 +107,10 @@
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "access/xlog.h"
+#include "catalog/index.h"
 #include "catalog/pg_collation.h"
 #include "catalog/pg_type.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
@@ -113,6 +127,7 @@
 #include "utils/snapmgr.h"
 #include "utils/syscache.h"
 
+#include "compat.h"
 #include "dlock.h"
 
 /* Rows dlock_purge deletes per statement. */
@@ -124,12 +139,7 @@
 /* The statements, by id.  Keep stmt_defs[] in the same order. */
 typedef enum DlockStmt
 {
-	STMT_TAKE,					/* take over an ended lease; probe existence */
 	STMT_INSERT,				/* create the first lease of a name */
-	STMT_RENEW,
-	STMT_RELEASE,
-	STMT_HOLDER,				/* who holds the row (for the role check) */
-	STMT_BREAK,
 	STMT_FENCE_LIVE,			/* the lease behind a live-mode fenced write */
 	STMT_PURGE,					/* delete a batch of long-ended leases */
 	NUM_STMTS
@@ -147,29 +157,6 @@ typedef struct DlockStmtDef
  * qualified; "S" is the extension's schema.
  */
 static const DlockStmtDef stmt_defs[NUM_STMTS] = {
-	/*
-	 * STMT_TAKE: $2 now, $3 expires, $4 owner, $5 holder role.  Returns the
-	 * new token (NULL unless taken over) and the name's row as this
-	 * statement's snapshot sees it (NULLs when there is none).
-	 */
-	{
-		"WITH cand AS ("
-		" SELECT c.lock_name FROM %1$s.dlock_lease c"
-		" WHERE c.lock_name OPERATOR(pg_catalog.=) $1"
-		" AND (c.released OR c.expires_at OPERATOR(pg_catalog.<=) $2)"
-		" FOR UPDATE SKIP LOCKED),"
-		" took AS ("
-		" UPDATE %1$s.dlock_lease l"
-		" SET token = pg_catalog.nextval('%1$s.dlock_token_seq'::pg_catalog.regclass),"
-		" owner = $4, holder_role = $5, acquired_at = $2, renewed_at = $2,"
-		" expires_at = $3, released = false"
-		" FROM cand WHERE l.lock_name OPERATOR(pg_catalog.=) cand.lock_name"
-		" RETURNING l.token)"
-		" SELECT (SELECT t.token FROM took t), e.released, e.expires_at"
-		" FROM (VALUES (1)) v(x) LEFT JOIN %1$s.dlock_lease e"
-		" ON e.lock_name OPERATOR(pg_catalog.=) $1",
-		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}
-	},
 	/* STMT_INSERT: $2 now, $3 expires, $4 owner, $5 holder role */
 	{
 		"INSERT INTO %1$s.dlock_lease AS l (lock_name, token, owner, holder_role,"
@@ -179,41 +166,6 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" ON CONFLICT (lock_name) DO NOTHING"
 		" RETURNING l.token",
 		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}
-	},
-	/* STMT_RENEW: $2 token, $3 now, $4 new expiry */
-	{
-		"UPDATE %1$s.dlock_lease l"
-		" SET renewed_at = $3, expires_at = $4"
-		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
-		" AND l.token OPERATOR(pg_catalog.=) $2"
-		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $3"
-		" RETURNING l.holder_role",
-		4, {TEXTOID, INT8OID, TIMESTAMPTZOID, TIMESTAMPTZOID}
-	},
-	/* STMT_RELEASE: $2 token, $3 now */
-	{
-		"UPDATE %1$s.dlock_lease l"
-		" SET released = true, expires_at = $3"
-		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
-		" AND l.token OPERATOR(pg_catalog.=) $2"
-		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $3"
-		" RETURNING l.holder_role",
-		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}
-	},
-	/* STMT_HOLDER */
-	{
-		"SELECT l.holder_role FROM %1$s.dlock_lease l"
-		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID}
-	},
-	/* STMT_BREAK: $2 now */
-	{
-		"UPDATE %1$s.dlock_lease l"
-		" SET released = true, expires_at = $2"
-		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
-		" AND NOT l.released AND l.expires_at OPERATOR(pg_catalog.>) $2"
-		" RETURNING l.token",
-		2, {TEXTOID, TIMESTAMPTZOID}
 	},
 	/* STMT_FENCE_LIVE */
 	{
@@ -262,6 +214,8 @@ typedef struct DlockStoreCache
 } DlockStoreCache;
 
 static DlockStoreCache store_cache;
+
+static void lease_check_desc(Relation rel);
 static bool callback_registered = false;
 
 /* The identity to restore after running as the table owner. */
@@ -365,6 +319,13 @@ store_prepare_cache(Oid fn_oid)
 				 errdetail("Index \"%s.dlock_lease_pkey\" does not exist.", nspname),
 				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
 
+	{
+		Relation	rel = table_open(relid, AccessShareLock);
+
+		lease_check_desc(rel);
+		table_close(rel, AccessShareLock);
+	}
+
 	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tup))
 		elog(ERROR, "cache lookup failed for relation %u", relid);
@@ -400,16 +361,42 @@ store_prepare_cache(Oid fn_oid)
 }
 
 /*
- * store_begin connects to SPI, makes the cache valid and switches to the
- * lease table's owner.  Pair with store_end.  An error in between is
- * cleaned up by transaction abort (SPI and the user id alike).
+ * Whether the current store session (store_begin .. store_end) connected
+ * to SPI.  Sessions never nest: nothing a store operation does runs
+ * another one.
+ */
+static bool store_spi_connected = false;
+
+/*
+ * store_spi connects the current store session to SPI, once: only the
+ * operations that run statements need it.
+ */
+static void
+store_spi(void)
+{
+	if (store_spi_connected)
+		return;
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	store_spi_connected = true;
+}
+
+/*
+ * store_begin makes the cache valid (connecting to SPI to prepare the
+ * statements when it must) and switches to the lease table's owner.  Pair
+ * with store_end.  An error in between is cleaned up by transaction abort
+ * (SPI and the user id alike; the next store_begin forgets the SPI
+ * connection).
  */
 static void
 store_begin(Oid fn_oid, DlockStoreSession *session)
 {
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "SPI_connect failed");
-	store_prepare_cache(fn_oid);
+	store_spi_connected = false;
+	if (!store_cache_current(fn_oid))
+	{
+		store_spi();
+		store_prepare_cache(fn_oid);
+	}
 
 	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
 	SetUserIdAndSecContext(store_cache.owner,
@@ -417,14 +404,19 @@ store_begin(Oid fn_oid, DlockStoreSession *session)
 }
 
 /*
- * store_end restores the caller's identity and disconnects from SPI.
+ * store_end restores the caller's identity and disconnects from SPI if
+ * the session connected.
  */
 static void
 store_end(DlockStoreSession *session)
 {
 	SetUserIdAndSecContext(session->save_userid, session->save_sec_context);
-	if (SPI_finish() != SPI_OK_FINISH)
-		elog(ERROR, "SPI_finish failed");
+	if (store_spi_connected)
+	{
+		store_spi_connected = false;
+		if (SPI_finish() != SPI_OK_FINISH)
+			elog(ERROR, "SPI_finish failed");
+	}
 }
 
 /*
@@ -448,6 +440,7 @@ store_exec(DlockStmt id, Datum *values, int expected)
 	int			rc = 0;
 	int			save_iso = XactIsoLevel;
 
+	store_spi();
 	XactIsoLevel = XACT_READ_COMMITTED;
 	PG_TRY();
 	{
@@ -475,19 +468,6 @@ store_result_datum(int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col,
 						 isnull);
-}
-
-/*
- * store_result_role returns the role OID in column 1 of the first result
- * row.  The role may have been dropped since; the caller copes.
- */
-static Oid
-store_result_role(void)
-{
-	bool		isnull;
-	Datum		d = store_result_datum(1, &isnull);
-
-	return isnull ? InvalidOid : DatumGetObjectId(d);
 }
 
 /*
@@ -535,6 +515,395 @@ token_granted(void)
 		flush_token_wal();
 }
 
+/* Arguments and results of one acquire attempt. */
+typedef struct AcquireOp
+{
+	text	   *lock_name;
+	Datum		values[5];		/* the statements' parameters */
+	TimestampTz now;
+	int64		token;			/* out: the new token */
+	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
+} AcquireOp;
+
+/* Arguments and results of a renew, release or break. */
+/* What a ChangeOp does. */
+typedef enum ChangeKind
+{
+	CHANGE_RENEW,
+	CHANGE_RELEASE,
+	CHANGE_BREAK
+} ChangeKind;
+
+typedef struct ChangeOp
+{
+	ChangeKind	kind;
+	text	   *lock_name;
+	int64		token;			/* unused by break */
+	Datum		now;			/* timestamptz */
+	Datum		expires;		/* timestamptz: renew's new expiry */
+	DlockStoreOutcome outcome;	/* out */
+	Oid			holder;			/* out: the row's holder role */
+} ChangeOp;
+
+/*
+ * Direct access to the lease table: the hot paths of acquire (taking over
+ * an ended lease), renew, release and break read the row through the
+ * primary key index and change it with table_tuple_lock and
+ * table_tuple_update, without SPI's per-statement executor setup.  They
+ * keep the SQL statements' semantics exactly: a fresh snapshot for every
+ * read, FOR UPDATE SKIP LOCKED for a takeover, NO KEY UPDATE (waiting) for
+ * renew, release and break, and READ COMMITTED rules when the row was
+ * changed concurrently (read its newest version again and recheck).  The
+ * primary key is the table's only index; an update that is not HOT gets
+ * its index entry here, with the unique check the executor would make.
+ */
+
+/* The lease table's columns (checked against the catalog: lease_check_desc) */
+#define LEASE_NATTS			8
+#define ATT_LOCK_NAME		1
+#define ATT_TOKEN			2
+#define ATT_OWNER			3
+#define ATT_HOLDER_ROLE		4
+#define ATT_ACQUIRED_AT		5
+#define ATT_RENEWED_AT		6
+#define ATT_EXPIRES_AT		7
+#define ATT_RELEASED		8
+
+/* An open lease table, its index and slots, for one direct operation. */
+typedef struct LeaseAccess
+{
+	Relation	rel;
+	Relation	idx;
+	TupleTableSlot *slot;		/* the row as read (and locked) */
+	TupleTableSlot *newslot;	/* the new version */
+} LeaseAccess;
+
+/* A row's values as read, by attribute number - 1. */
+typedef struct LeaseRow
+{
+	ItemPointerData tid;
+	Datum		values[LEASE_NATTS];
+	bool		isnull[LEASE_NATTS];
+} LeaseRow;
+
+/*
+ * lease_check_desc raises unless rel has the columns this file's direct
+ * access expects (a damaged or hand-altered install).
+ */
+static void
+lease_check_desc(Relation rel)
+{
+	static const Oid types[LEASE_NATTS] = {
+		TEXTOID, INT8OID, TEXTOID, REGROLEOID,
+		TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID
+	};
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			i;
+
+	if (desc->natts != LEASE_NATTS)
+		goto bad;
+	for (i = 0; i < LEASE_NATTS; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || att->atttypid != types[i] || !att->attnotnull)
+			goto bad;
+	}
+	return;
+bad:
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("lease table of extension \"dlock\" has unexpected columns"),
+			 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+}
+
+/*
+ * lease_open opens the lease table and its primary key for a direct
+ * operation, with RowExclusiveLock (kept until the transaction ends, as a
+ * statement's would be).  Run direct operations through lease_run.
+ */
+static void
+lease_open(LeaseAccess *la)
+{
+	la->rel = table_open(store_cache.leaserelid, RowExclusiveLock);
+	la->idx = index_open(store_cache.pkeyid, RowExclusiveLock);
+	la->slot = table_slot_create(la->rel, NULL);
+	la->newslot = MakeSingleTupleTableSlot(RelationGetDescr(la->rel),
+										   &TTSOpsVirtual);
+}
+
+/*
+ * lease_close undoes lease_open (on an error, transaction or
+ * subtransaction abort releases what lease_open took).
+ */
+static void
+lease_close(LeaseAccess *la)
+{
+	ExecDropSingleTupleTableSlot(la->newslot);
+	ExecDropSingleTupleTableSlot(la->slot);
+	index_close(la->idx, NoLock);
+	table_close(la->rel, NoLock);
+}
+
+/*
+ * lease_row_from_slot copies the TID and the values of the version in
+ * la->slot into *row.  The values point into the slot's buffer, which the
+ * slot keeps pinned.
+ */
+static void
+lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
+{
+	int			i;
+
+	slot_getallattrs(la->slot);
+	row->tid = la->slot->tts_tid;
+	for (i = 0; i < LEASE_NATTS; i++)
+	{
+		row->values[i] = la->slot->tts_values[i];
+		row->isnull[i] = la->slot->tts_isnull[i];
+	}
+}
+
+/*
+ * lease_read looks lock_name up with snapshot and, when a version is
+ * visible, stores its TID and values in *row (the slot keeps the version)
+ * and returns true.
+ */
+static bool
+lease_read(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
+{
+	IndexScanDesc scan;
+	ScanKeyData key;
+	bool		found;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = index_beginscan(la->rel, la->idx, snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, la->slot);
+	if (found)
+		lease_row_from_slot(la, row);
+	index_endscan(scan);
+	return found;
+}
+
+/*
+ * lease_row_live reports whether the lease in row is live at now.
+ */
+static inline bool
+lease_row_live(LeaseRow *row, TimestampTz now)
+{
+	return !DatumGetBool(row->values[ATT_RELEASED - 1]) &&
+		DatumGetTimestampTz(row->values[ATT_EXPIRES_AT - 1]) > now;
+}
+
+/*
+ * lease_write replaces the version at row->tid with row's values (already
+ * changed by the caller), waiting for a concurrent transaction that holds
+ * a conflicting lock or changed it.  Returns TM_Ok when it wrote, or
+ * TM_Updated / TM_Deleted when a concurrent transaction committed a change
+ * first (nothing written: read the row again).  Adds the index entry when
+ * the update is not HOT, and makes the change visible to the rest of the
+ * transaction (CommandCounterIncrement).
+ */
+static TM_Result
+lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
+{
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	DlockUpdateIndexes update_indexes;
+	TM_Result	res;
+	int			i;
+
+	ExecClearTuple(la->newslot);
+	for (i = 0; i < LEASE_NATTS; i++)
+	{
+		la->newslot->tts_values[i] = row->values[i];
+		la->newslot->tts_isnull[i] = row->isnull[i];
+	}
+	ExecStoreVirtualTuple(la->newslot);
+
+	res = table_tuple_update(la->rel, &row->tid, la->newslot,
+							 GetCurrentCommandId(true), snapshot,
+							 InvalidSnapshot, true, &tmfd, &lockmode,
+							 &update_indexes);
+	switch (res)
+	{
+		case TM_Ok:
+			break;
+		case TM_Updated:
+		case TM_Deleted:
+			return res;
+		default:
+			elog(ERROR, "unexpected result %d updating a dlock lease row", (int) res);
+	}
+
+	if (DlockNeedsIndexInsert(update_indexes))
+	{
+		IndexInfo  *ii = BuildIndexInfo(la->idx);
+		Datum		key = row->values[ATT_LOCK_NAME - 1];
+		bool		keynull = false;
+
+		(void) index_insert(la->idx, &key, &keynull, &la->newslot->tts_tid,
+							la->rel, UNIQUE_CHECK_YES, true, ii);
+	}
+	CommandCounterIncrement();
+	return TM_Ok;
+}
+
+/* What take_direct found. */
+typedef enum TakeResult
+{
+	TAKE_GRANTED,
+	TAKE_HELD,					/* a live lease, or a row an open transaction locks */
+	TAKE_NO_ROW
+} TakeResult;
+
+/* Takeover attempts that meet a concurrent committed change before giving up. */
+#define TAKE_TRIES	3
+
+/*
+ * take_direct takes over the ended lease of a->lock_name, if it has one:
+ * locks the version it read FOR UPDATE without waiting (an open
+ * transaction's lock means held), draws a token and writes the new lease.
+ * Sets a->token, or a->held_until when a live lease holds the name.
+ */
+static TakeResult
+take_direct(AcquireOp *a)
+{
+	LeaseAccess la;
+	TakeResult	result = TAKE_HELD;
+	int			try;
+
+	lease_open(&la);
+	for (try = 0; try < TAKE_TRIES; try++)
+	{
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+		LeaseRow	row;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		if (!lease_read(&la, snapshot, a->lock_name, &row))
+		{
+			UnregisterSnapshot(snapshot);
+			result = TAKE_NO_ROW;
+			break;
+		}
+		if (lease_row_live(&row, a->now))
+		{
+			UnregisterSnapshot(snapshot);
+			a->held_until = DatumGetTimestampTz(row.values[ATT_EXPIRES_AT - 1]);
+			result = TAKE_HELD;
+			break;
+		}
+
+		/* FOR UPDATE: conflicts with every row lock, FOR KEY SHARE included */
+		res = table_tuple_lock(la.rel, &row.tid, snapshot, la.slot,
+							   GetCurrentCommandId(true), LockTupleExclusive,
+							   LockWaitSkip, 0, &tmfd);
+		if (res == TM_WouldBlock)
+		{
+			UnregisterSnapshot(snapshot);
+			result = TAKE_HELD; /* an open transaction is changing it */
+			break;
+		}
+		if (res == TM_Updated || res == TM_Deleted)
+		{
+			UnregisterSnapshot(snapshot);
+			continue;			/* changed since the read: read again */
+		}
+		if (res != TM_Ok)
+			elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+
+		/*
+		 * Locked the version that was read (TM_Ok: not changed since), so
+		 * it is still ended.  Take it.
+		 */
+		lease_row_from_slot(&la, &row);
+		a->token = nextval_internal(store_cache.seqrelid, true);
+		row.values[ATT_TOKEN - 1] = Int64GetDatum(a->token);
+		row.values[ATT_OWNER - 1] = a->values[3];
+		row.values[ATT_HOLDER_ROLE - 1] = a->values[4];
+		row.values[ATT_ACQUIRED_AT - 1] = a->values[1];
+		row.values[ATT_RENEWED_AT - 1] = a->values[1];
+		row.values[ATT_EXPIRES_AT - 1] = a->values[2];
+		row.values[ATT_RELEASED - 1] = BoolGetDatum(false);
+		if (lease_write(&la, snapshot, &row) != TM_Ok)
+			elog(ERROR, "dlock lease row changed while locked");
+		UnregisterSnapshot(snapshot);
+		result = TAKE_GRANTED;
+		break;
+	}
+	lease_close(&la);
+	return result;
+}
+
+/*
+ * change_direct is the body of renew, release and break (c->kind says
+ * which): it reads the row, and when its lease qualifies (live, and held
+ * by c's token unless breaking) writes the change, waiting for a
+ * concurrent transaction that changes the same row and then deciding
+ * again on the row's newest version.  Sets c->outcome and c->holder (the
+ * row's holder role); returns whether it changed the lease.
+ */
+static bool
+change_direct(ChangeOp *c)
+{
+	LeaseAccess la;
+	bool		changed = false;
+
+	c->holder = InvalidOid;
+	lease_open(&la);
+	for (;;)
+	{
+		Snapshot	snapshot;
+		LeaseRow	row;
+		TimestampTz now = DatumGetTimestampTz(c->now);
+		TM_Result	res;
+
+		CHECK_FOR_INTERRUPTS();
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		if (!lease_read(&la, snapshot, c->lock_name, &row))
+		{
+			UnregisterSnapshot(snapshot);
+			c->outcome = DLOCK_STORE_NO_LEASE;
+			break;
+		}
+		if (c->kind != CHANGE_BREAK)
+			c->holder = DatumGetObjectId(row.values[ATT_HOLDER_ROLE - 1]);
+		if (!lease_row_live(&row, now) ||
+			(c->kind != CHANGE_BREAK &&
+			 DatumGetInt64(row.values[ATT_TOKEN - 1]) != c->token))
+		{
+			UnregisterSnapshot(snapshot);
+			c->outcome = DLOCK_STORE_NOT_HELD;
+			break;
+		}
+
+		if (c->kind == CHANGE_RENEW)
+		{
+			row.values[ATT_RENEWED_AT - 1] = c->now;
+			row.values[ATT_EXPIRES_AT - 1] = c->expires;
+		}
+		else
+		{
+			row.values[ATT_RELEASED - 1] = BoolGetDatum(true);
+			row.values[ATT_EXPIRES_AT - 1] = c->now;
+		}
+		res = lease_write(&la, snapshot, &row);
+		UnregisterSnapshot(snapshot);
+		if (res == TM_Ok)
+		{
+			c->outcome = DLOCK_STORE_DONE;
+			changed = true;
+			break;
+		}
+		/* a concurrent change committed first: decide on the newest version */
+	}
+	lease_close(&la);
+	return changed;
+}
+
 /*
  * A store operation that may change a lease: it runs between store_begin
  * and store_end, and returns whether it changed one (whether to keep it).
@@ -542,17 +911,29 @@ token_granted(void)
 typedef bool (*StoreOp) (void *arg);
 
 /*
- * store_op_session runs op between store_begin and store_end and returns
- * its result.
+ * store_op_session runs op between store_begin and store_end, with READ
+ * COMMITTED rules (XactIsoLevel switched as store_exec does, for op's
+ * direct accesses too, and restored on every exit), and returns its
+ * result.
  */
 static bool
 store_op_session(Oid fn_oid, StoreOp op, void *arg)
 {
 	DlockStoreSession session;
-	bool		keep;
+	volatile bool keep = false;
+	int			save_iso = XactIsoLevel;
 
 	store_begin(fn_oid, &session);
-	keep = op(arg);
+	XactIsoLevel = XACT_READ_COMMITTED;
+	PG_TRY();
+	{
+		keep = op(arg);
+	}
+	PG_FINALLY();
+	{
+		XactIsoLevel = save_iso;
+	}
+	PG_END_TRY();
 	store_end(&session);
 	return keep;
 }
@@ -612,16 +993,6 @@ store_run(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 	return keep;
 }
 
-/* Arguments and results of one acquire attempt. */
-typedef struct AcquireOp
-{
-	text	   *lock_name;
-	Datum		values[5];		/* the statements' parameters */
-	TimestampTz now;
-	int64		token;			/* out: the new token */
-	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
-} AcquireOp;
-
 /*
  * acquire_op is the body of DlockStoreTryAcquire; a StoreOp.
  */
@@ -640,28 +1011,17 @@ acquire_op(void *arg)
 	for (round = 0; round < 2; round++)
 	{
 		bool		isnull;
-		bool		no_row;
-		Datum		d;
 		LOCKTAG		tag;
 
-		store_exec(STMT_TAKE, a->values, SPI_OK_SELECT);
-		d = store_result_datum(1, &isnull);
-		if (!isnull)
+		switch (take_direct(a))
 		{
-			a->token = DatumGetInt64(d);
-			token_granted();
-			return true;
-		}
-		d = store_result_datum(3, &no_row);
-		if (!no_row)
-		{
-			/* The row exists: a live lease, or one an open transaction holds. */
-			bool		released = DatumGetBool(store_result_datum(2, &isnull));
-			TimestampTz row_expires = DatumGetTimestampTz(d);
-
-			if (!released && row_expires > a->now)
-				a->held_until = row_expires;
-			return false;
+			case TAKE_GRANTED:
+				token_granted();
+				return true;
+			case TAKE_HELD:
+				return false;
+			case TAKE_NO_ROW:
+				break;
 		}
 
 		name_locktag(&tag, a->lock_name);
@@ -716,43 +1076,14 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 	return granted;
 }
 
-/* Arguments and results of a renew, release or break. */
-typedef struct ChangeOp
-{
-	DlockStmt	stmt;
-	Datum		values[4];
-	DlockStoreOutcome outcome;	/* out */
-	Oid			holder;			/* out: the row's holder role */
-} ChangeOp;
 
 /*
- * change_op runs the renew, release or break statement and, when it changed
- * nothing, reads who holds the row; a StoreOp.  May wait for a concurrent
- * transaction that is changing the same row.
+ * change_op is change_direct as a StoreOp.
  */
 static bool
 change_op(void *arg)
 {
-	ChangeOp   *c = (ChangeOp *) arg;
-
-	c->holder = InvalidOid;
-	if (store_exec(c->stmt, c->values, SPI_OK_UPDATE_RETURNING) == 1)
-	{
-		if (c->stmt != STMT_BREAK)
-			c->holder = store_result_role();
-		c->outcome = DLOCK_STORE_DONE;
-		return true;
-	}
-	if (c->stmt == STMT_BREAK)
-		c->outcome = DLOCK_STORE_NOT_HELD;
-	else if (store_exec(STMT_HOLDER, c->values, SPI_OK_SELECT) == 1)
-	{
-		c->holder = store_result_role();
-		c->outcome = DLOCK_STORE_NOT_HELD;
-	}
-	else
-		c->outcome = DLOCK_STORE_NO_LEASE;
-	return false;
+	return change_direct((ChangeOp *) arg);
 }
 
 /*
@@ -769,11 +1100,11 @@ DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 {
 	ChangeOp	c;
 
-	c.stmt = STMT_RENEW;
-	c.values[0] = PointerGetDatum(lock_name);
-	c.values[1] = Int64GetDatum(token);
-	c.values[2] = TimestampTzGetDatum(now);
-	c.values[3] = TimestampTzGetDatum(expires);
+	c.kind = CHANGE_RENEW;
+	c.lock_name = lock_name;
+	c.token = token;
+	c.now = TimestampTzGetDatum(now);
+	c.expires = TimestampTzGetDatum(expires);
 	(void) store_run(fn_oid, change_op, &c, IsTransactionBlock());
 	*holder = c.holder;
 	return c.outcome;
@@ -789,10 +1120,11 @@ DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 {
 	ChangeOp	c;
 
-	c.stmt = STMT_RELEASE;
-	c.values[0] = PointerGetDatum(lock_name);
-	c.values[1] = Int64GetDatum(token);
-	c.values[2] = TimestampTzGetDatum(now);
+	c.kind = CHANGE_RELEASE;
+	c.lock_name = lock_name;
+	c.token = token;
+	c.now = TimestampTzGetDatum(now);
+	c.expires = (Datum) 0;
 	(void) store_run(fn_oid, change_op, &c, IsTransactionBlock());
 	*holder = c.holder;
 	return c.outcome;
@@ -809,9 +1141,11 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 {
 	ChangeOp	c;
 
-	c.stmt = STMT_BREAK;
-	c.values[0] = PointerGetDatum(lock_name);
-	c.values[1] = TimestampTzGetDatum(now);
+	c.kind = CHANGE_BREAK;
+	c.lock_name = lock_name;
+	c.token = 0;
+	c.now = TimestampTzGetDatum(now);
+	c.expires = (Datum) 0;
 	return store_run(fn_oid, change_op, &c, IsTransactionBlock());
 }
 
