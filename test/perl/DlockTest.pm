@@ -67,18 +67,20 @@ sub fails_with
 	return;
 }
 
-# lease_rows($node, $db) returns every row of dlock_leases on $node's
-# database $db (default postgres), ordered by name, one line per row.  The
-# flag live is included: callers compare rows within seconds, with leases
-# that are either long (live) or long expired.
+# lease_rows($node, $db, $schema) returns every row of dlock_leases (in
+# schema $schema, default public) on $node's database $db (default
+# postgres), ordered by name, one line per row.  The flag live is
+# included: callers compare rows within seconds, with leases that are
+# either long (live) or long expired.
 sub lease_rows
 {
-	my ($node, $db) = @_;
+	my ($node, $db, $schema) = @_;
+	$schema //= 'public';
 	return $node->safe_psql(
-		$db // 'postgres', q{
+		$db // 'postgres', qq{
 SELECT lock_name, token, owner, holder_role, acquired_at, renewed_at,
        expires_at, released, live
-  FROM dlock_leases ORDER BY lock_name COLLATE "C"});
+  FROM $schema.dlock_leases ORDER BY lock_name COLLATE "C"});
 }
 
 # bg_session($node, $name, $db) opens a background psql session on $node's
