@@ -10,6 +10,7 @@ SELECT dlock_acquire('upgrade:b', '1 hour') AS b_token \gset
 SELECT :a_token AS a_token, :b_token AS b_token;
 
 ALTER EXTENSION dlock UPDATE TO '1.1';
+SELECT (extract(epoch FROM clock_timestamp() - timestamptz '2000-01-01 00:00:00+00') * 1000000)::bigint AS before_us \gset
 SELECT extversion FROM pg_extension WHERE extname = 'dlock';
 
 -- the leases survive the update and are still honoured
@@ -17,11 +18,13 @@ SELECT lock_name, token, released, live FROM dlock_leases ORDER BY lock_name;
 SELECT dlock_acquire('upgrade:a', '1 hour') IS NULL AS a_still_held;
 SELECT dlock_renew('upgrade:a', :a_token, '1 hour') AS a_renewed;
 
--- 1.0 did not record who issued its tokens, so the first token after the
--- update starts a new generation: 2^47, above anything 1.0 issued
+-- 1.0 did not record who issued its tokens, so the first acquire after the
+-- update (the refused one above) made the sequence jump: to the server
+-- clock in microseconds since 2000-01-01, above anything 1.0 issued
 SELECT dlock_acquire('upgrade:c', '1 hour') AS c_token \gset
-SELECT :c_token AS c_token, :c_token > :b_token AS greater,
-       :c_token >> 47 AS generation, :c_token & ((1::bigint << 47) - 1) AS count;
+SELECT (extract(epoch FROM clock_timestamp() - timestamptz '2000-01-01 00:00:00+00') * 1000000)::bigint AS after_us \gset
+SELECT :c_token > :b_token AS greater,
+       :c_token BETWEEN :before_us AND :after_us AS clock_reading;
 -- and later tokens count on from there
 SELECT dlock_acquire('upgrade:d', '1 hour') - :c_token AS next_is_one_more;
 SELECT dlock_release('upgrade:b', :b_token) AS b_released;

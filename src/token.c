@@ -10,13 +10,19 @@
  * unflushed tail of WAL, a promoted asynchronous standby never saw the
  * primary's last records, and a restore brings back an older state.  In
  * each case the sequence would hand out again tokens the old server
- * already handed out.  So tokens carry an epoch: a token is
+ * already handed out.  So the sequence jumps forward, durably, before the
+ * first token whenever what was issued before may be unknown here, and
+ * where it jumps to is told by the server clock:
  *
- *     bits 62..47  generation  (DLOCK_GENERATION_SHIFT)
- *     bits 46..0   the count within the generation
+ *     next token = max(last value + 1, now in microseconds since 2000-01-01)
  *
- * and the sequence jumps forward, durably, before the first token whenever
- * what was issued before may be unknown to this server:
+ * (now: GetCurrentTimestamp(), the same clock that decides expiry).  A
+ * server counts up by one from there, far slower than the clock runs (one
+ * token per microsecond would be a million grants a second), so every
+ * token is at most the clock reading at the moment it was handed out.
+ * Hence a jump taken later, by the clock, than the last token some other
+ * server handed out lands above all of that server's tokens, whatever of
+ * its state this server never saw.  That covers:
  *
  * - The origin: dlock_token_origin (a sequence used as a durable register,
  *   because sequences are non-transactional and WAL-logged) holds a 63-bit
@@ -24,27 +30,31 @@
  *   tokens: system identifier, timeline, database OID.  When the identity
  *   differs (after a promotion the timeline does; after a restore into
  *   another cluster or database the system identifier or the database OID
- *   does), the next token starts the next generation: it is greater than
- *   every token the old server could have issued, whatever it issued after
- *   this server's copy of its state was taken, as long as the old server
- *   stayed within its generation (2^47 tokens, or 2^15 boot jumps).
+ *   does), the sequence jumps.  The promoted standby's tokens are then
+ *   above every token of the old primary, and of any other standby
+ *   promoted before it from the same history, as long as the servers'
+ *   clocks agree to better than the time the failover took.
  *
  * - The boot jump (only with shared_preload_libraries = 'dlock'): at the
  *   first grant of each server start (crash restarts included), in each
- *   database, the sequence moves to the next multiple of 2^32 at least 2^31
- *   above its recovered value (DLOCK_BOOT_*).  A crash can only lose the
- *   WAL of tokens handed out after the last flush, far fewer than 2^31, so
- *   every token after the restart is greater than every token before it,
- *   and grants need not flush WAL themselves.  Shared memory records, per
- *   server start, the databases whose jump is done (DlockShared.boot_dbs).
- *   Without preload, or when that table is full, there is no boot jump and
- *   store.c flushes the sequence's WAL before handing out each token.
+ *   database.  Every token lost with the crash's unflushed WAL was handed
+ *   out before the crash, so before the restart by the clock: the jump
+ *   lands above it, and grants need not flush WAL themselves.  Shared
+ *   memory records, per server start, the databases whose jump is done
+ *   (DlockShared.boot_dbs).  Without preload, or when that table is full,
+ *   there is no boot jump and store.c flushes the sequence's WAL before
+ *   handing out each token, which needs no clock at all.
+ *
+ * What this asks of the clock: it must not step backwards across a
+ * restart or a failover by more than the restart or failover took.  A
+ * fresh install counts from 1 until its first jump; tokens stay below
+ * 2^53 (exact in a double) until the year 2285.
  *
  * A jump is setval() on the sequence (non-transactional, WAL-logged)
  * followed by an XLogFlush of that record, before any token of the new
  * range is handed out, and only then is the origin updated: a crash in
  * between leaves the old origin, and the next server jumps once more.
- * Jumps are idempotent in direction: they only ever move forward.
+ * Jumps only ever move the sequence forward.
  *
  * Concurrency: a backend that finds the origin or the boot jump not done
  * takes dlock's token lock for its database (a session-level advisory lock
@@ -73,13 +83,6 @@
 #include "utils/fmgrprotos.h"
 
 #include "dlock.h"
-
-/* The generation: the bits above the count.  2^16 generations. */
-#define DLOCK_GENERATION_SHIFT	47
-
-/* The boot jump: to a multiple of 2^32, at least 2^31 ahead. */
-#define DLOCK_BOOT_SHIFT		32
-#define DLOCK_BOOT_MARGIN		(INT64CONST(1) << 31)
 
 /* field4 of the token lock's tag (the name locks use 0xD10C) */
 #define DLOCK_TOKEN_LOCK_CLASS	0xD10D
@@ -149,103 +152,93 @@ seq_set_durably(Oid seqrelid, int64 value, bool is_called)
 }
 
 /*
- * next_generation returns the first token of the generation after that of
- * last.  Raises when the token space is used up.
+ * next_jump returns where a jump moves the sequence whose last value is
+ * last: the server clock in microseconds since 2000-01-01, or last + 1 if
+ * that is greater (see the file header).  Raises when tokens are used up.
  */
 static int64
-next_generation(int64 last)
+next_jump(int64 last)
 {
-	int64		gen = (last >> DLOCK_GENERATION_SHIFT) + 1;
+	TimestampTz now = GetCurrentTimestamp();
 
-	if (gen >= (INT64CONST(1) << (63 - DLOCK_GENERATION_SHIFT)))
-		ereport(ERROR,
-				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
-				 errmsg("fencing tokens are used up"),
-				 errdetail("The last token is " INT64_FORMAT ", in the last generation.", last)));
-	return gen << DLOCK_GENERATION_SHIFT;
-}
-
-/*
- * next_boot returns the next multiple of 2^32 at least DLOCK_BOOT_MARGIN
- * above last.
- */
-static int64
-next_boot(int64 last)
-{
-	int64		step = INT64CONST(1) << DLOCK_BOOT_SHIFT;
-
-	if (last > PG_INT64_MAX - DLOCK_BOOT_MARGIN - step)
+	if (last >= PG_INT64_MAX - 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_SEQUENCE_GENERATOR_LIMIT_EXCEEDED),
 				 errmsg("fencing tokens are used up"),
 				 errdetail("The last token is " INT64_FORMAT ".", last)));
-	return ((last + DLOCK_BOOT_MARGIN) / step + 1) * step;
+	return Max(last + 1, (int64) now);
 }
 
-/*
- * boot_db_done reports whether this server start's boot jump was done for
- * the current database; with claim, records that it is now done, and
- * returns false when the shared table has no room (then nothing is
- * recorded and grants keep flushing).  Takes DlockShmem->lock.
- */
-static bool
-boot_db_done(bool claim)
+/* Where this server start stands with the current database's boot jump. */
+typedef enum BootState
 {
-	bool		done = false;
+	BOOT_DONE,					/* recorded in boot_dbs */
+	BOOT_TODO,					/* not yet, and there is room to record it */
+	BOOT_NO_ROOM				/* not recorded, and boot_dbs is full */
+} BootState;
+
+/*
+ * boot_state returns the BootState of the current database; with record,
+ * first records it as done when there is room.  Takes DlockShmem->lock.
+ */
+static BootState
+boot_state(bool record)
+{
+	BootState	state = BOOT_NO_ROOM;
 	int			i;
 
-	LWLockAcquire(DlockShmem->lock, claim ? LW_EXCLUSIVE : LW_SHARED);
+	LWLockAcquire(DlockShmem->lock, record ? LW_EXCLUSIVE : LW_SHARED);
 	for (i = 0; i < DlockShmem->nboot_dbs; i++)
 	{
 		if (DlockShmem->boot_dbs[i] == MyDatabaseId)
 		{
-			done = true;
+			state = BOOT_DONE;
 			break;
 		}
 	}
-	if (!done && claim && DlockShmem->nboot_dbs < DLOCK_BOOT_DBS)
+	if (state != BOOT_DONE && DlockShmem->nboot_dbs < DLOCK_BOOT_DBS)
 	{
-		DlockShmem->boot_dbs[DlockShmem->nboot_dbs++] = MyDatabaseId;
-		done = true;
+		state = BOOT_TODO;
+		if (record)
+		{
+			DlockShmem->boot_dbs[DlockShmem->nboot_dbs++] = MyDatabaseId;
+			state = BOOT_DONE;
+		}
 	}
 	LWLockRelease(DlockShmem->lock);
-	return done;
+	return state;
 }
 
 /*
  * token_jump_locked does the checks and jumps of DlockTokenPrepare under
  * the token lock and returns whether the boot jump covers this database.
+ * A jump is made durable before it is recorded anywhere.
  */
 static bool
 token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 {
 	int64		origin = seq_last_value(originrelid);
 	int64		last = seq_last_value(seqrelid);
-	bool		boot_done = DlockShmem != NULL && boot_db_done(false);
+	BootState	boot = DlockShmem != NULL ? boot_state(false) : BOOT_NO_ROOM;
 
 	if (origin != identity)
 	{
 		/* Another issuer (or an unknown one) may have gone further. */
 		if (last >= 0)
-			seq_set_durably(seqrelid, next_generation(last), false);
+			seq_set_durably(seqrelid, next_jump(last), false);
 		seq_set_durably(originrelid, identity, true);
-		if (DlockShmem != NULL && !boot_done)
-			boot_done = boot_db_done(true);
 	}
-	else if (DlockShmem != NULL && !boot_done)
+	else if (boot == BOOT_TODO)
 	{
-		/*
-		 * Claim the slot first: with no room, grants keep flushing and no
-		 * jump is needed.
-		 */
-		if (boot_db_done(true))
-		{
-			if (last >= 0)
-				seq_set_durably(seqrelid, next_boot(last), false);
-			boot_done = true;
-		}
+		/* The first grant of this server start in this database. */
+		if (last >= 0)
+			seq_set_durably(seqrelid, next_jump(last), false);
 	}
-	return boot_done;
+	else
+		return boot == BOOT_DONE;
+
+	/* A jump was just made: it covers this start too, if it can be recorded. */
+	return DlockShmem != NULL && boot_state(true) == BOOT_DONE;
 }
 
 /*

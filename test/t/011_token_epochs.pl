@@ -7,11 +7,13 @@
 #
 # With preload, acquire does not flush the token sequence's WAL.  Instead,
 # the first grant after every server start (crash restarts included) in
-# each database moves the sequence to the next multiple of 2^32 at least
-# 2^31 above its recovered value.  This file proves:
+# each database moves the sequence to max(last value + 1, the server clock
+# in microseconds since 2000-01-01); tokens then count up by one, much
+# slower than the clock.  This file proves:
 #
-#   - the layout: the first token after a restart is such a multiple, and
-#     later tokens count on by one;
+#   - the jump: the first token after a restart lies between the clock
+#     readings taken just before and just after the acquire, and later
+#     tokens count on by one;
 #   - the cases 001 builds on purpose (an uncommitted acquire, and one
 #     committed with synchronous_commit = off, whose nextval() wrote the
 #     sequence's only WAL record, lost in the crash) still get a greater
@@ -33,8 +35,6 @@ use Test::More;
 use List::Util qw(max);
 use Time::HiRes qw(usleep);
 
-my $STEP = 2**32;
-my $MARGIN = 2**31;
 
 my $node = PostgreSQL::Test::Cluster->new('dlock_epochs');
 $node->init;
@@ -59,29 +59,38 @@ is(sql("SELECT dlock_acquire('e-2', '1 hour')"), '2',
 is(sql("SELECT dlock_acquire('o-1', '1 hour')", 'other'), '1',
 	'another database has its own tokens');
 
-# check_jump checks that $token is the first token of a boot jump above
-# $last: a multiple of 2^32, at least 2^31 above $last.
-sub check_jump
+# clock_us returns the server clock in microseconds since 2000-01-01.
+sub clock_us
 {
-	my ($token, $last, $what) = @_;
+	my ($db) = @_;
+	return sql(
+		q{SELECT (extract(epoch FROM clock_timestamp() - timestamptz '2000-01-01 00:00:00+00') * 1000000)::bigint},
+		$db);
+}
+
+# jump_acquire acquires $name (in $db) and checks that the token is the
+# first one of a jump above $last: between the clock readings just
+# before and just after the call.  Returns the token.
+sub jump_acquire
+{
+	my ($name, $last, $what, $db) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	is($token % $STEP, 0, "$what: token $token is a multiple of 2^32");
-	cmp_ok($token - $last, '>=', $MARGIN,
-		"$what: token $token is at least 2^31 above the last one ($last)");
-	cmp_ok($token - $last, '<=', $MARGIN + $STEP,
-		"$what: and at most one step further");
-	return;
+	my $before = clock_us($db);
+	my $token = sql("SELECT dlock_acquire('$name', '1 hour')", $db);
+	my $after = clock_us($db);
+	cmp_ok($token, '>', $last, "$what: token $token is greater than the last one ($last)");
+	cmp_ok($token, '>=', $before, "$what: token $token is at least the clock before the call ($before)");
+	cmp_ok($token, '<=', $after, "$what: token $token is at most the clock after the call ($after)");
+	return $token;
 }
 
 # A clean restart jumps too: the server cannot tell a clean start from
 # one after a crash where the jump matters.
 $node->restart;
-my $t = sql("SELECT dlock_acquire('e-3', '1 hour')");
-check_jump($t, 2, 'first grant after a clean restart');
+my $t = jump_acquire('e-3', 2, 'first grant after a clean restart');
 is(sql("SELECT dlock_acquire('e-4', '1 hour')"), $t + 1,
 	'the next grant counts on by one (one jump per start)');
-my $o = sql("SELECT dlock_acquire('o-2', '1 hour')", 'other');
-check_jump($o, 1, 'first grant in the other database');
+my $o = jump_acquire('o-2', 1, 'first grant in the other database', 'other');
 is(sql("SELECT dlock_acquire('o-3', '1 hour')", 'other'), $o + 1,
 	'the other database also jumps once');
 # A new session does not jump again.
@@ -114,10 +123,8 @@ like($lost, qr/^[0-9]+$/, 'uncommitted acquire');
 $node->stop('immediate');
 $bg->quit;
 $node->start;
-my $next = sql("SELECT dlock_acquire('after-open', '1 hour')");
-cmp_ok($next, '>', $lost,
-	"after a crash: token $next is greater than the uncommitted acquire's ($lost)");
-check_jump($next, $lost, 'first grant after the crash');
+my $next = jump_acquire('after-open', $lost,
+	"after a crash, above the uncommitted acquire's token");
 
 # The same with synchronous_commit = off.
 to_logging_call('async');
