@@ -527,7 +527,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 						4, values, &signo);
 	*answered_at = DlockNow();
 	if (signo)
-		DlockError("interrupted by %s while acquiring \"%s\"", strsignal(signo), opt->name);
+		DlockError("interrupted by %s while acquiring \"%s\"", DlockSignalName(signo), opt->name);
 	if (res == NULL)
 	{
 		if (signo)

@@ -101,6 +101,7 @@ extern bool DlockSignalCatch(int signo,
 extern void DlockSignalNotify(int signo, int code);
 extern int	DlockSignalFd(void);
 extern bool DlockSignalNext(int *signo, int *code);
+extern const char *DlockSignalName(int signo);
 extern void DlockSignalsBlock(sigset_t *old);
 extern void DlockSignalsUnblock(const sigset_t *old);
 extern void DlockSignalsRestoreInChild(void);

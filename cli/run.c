@@ -218,8 +218,8 @@ status_text(int status)
 	static char buf[64];
 
 	if (status > 128 && status < 128 + NSIG)
-		snprintf(buf, sizeof(buf), "was killed by signal %d (%s)",
-				 status - 128, strsignal(status - 128));
+		snprintf(buf, sizeof(buf), "was killed by %s (status %d)",
+				 DlockSignalName(status - 128), status);
 	else
 		snprintf(buf, sizeof(buf), "exited with status %d", status);
 	return buf;
@@ -501,7 +501,7 @@ finish_if_done(Run *r, int64_t now)
 	if (r->releasing && r->interrupt)
 	{
 		say(r, "not released (interrupted by %s); it ends when it expires",
-			strsignal(r->interrupt));
+			DlockSignalName(r->interrupt));
 		DlockLinkClose(&r->link);
 		exit(r->child_status);
 	}

@@ -176,6 +176,37 @@ DlockSignalNext(int *signo, int *code)
 }
 
 /*
+ * DlockSignalName returns "SIGTERM" etc. for the signals dlock handles,
+ * "signal N" for others (in a static buffer).
+ */
+const char *
+DlockSignalName(int signo)
+{
+	static char buf[32];
+
+	switch (signo)
+	{
+		case SIGHUP:
+			return "SIGHUP";
+		case SIGINT:
+			return "SIGINT";
+		case SIGQUIT:
+			return "SIGQUIT";
+		case SIGTERM:
+			return "SIGTERM";
+		case SIGKILL:
+			return "SIGKILL";
+		case SIGUSR1:
+			return "SIGUSR1";
+		case SIGUSR2:
+			return "SIGUSR2";
+		default:
+			snprintf(buf, sizeof(buf), "signal %d", signo);
+			return buf;
+	}
+}
+
+/*
  * DlockSignalsBlock blocks every signal and stores the previous mask in
  * *old; DlockSignalsUnblock puts it back.
  */
