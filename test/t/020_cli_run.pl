@@ -1,0 +1,290 @@
+#!/usr/bin/perl
+#
+# test/t/020_cli_run.pl
+#	  dlock run (cli/run.c) against a real server, with real child
+#	  processes: the child's environment, exit statuses, renewal, release,
+#	  a second runner, dlock_break during a run, signal forwarding, and
+#	  the SIGKILL escalation of --kill-after.
+#
+# Every CMD is a bash script that records what it sees in files (its
+# DLOCK_NAME and DLOCK_TOKEN, that it started, the SIGTERM it received);
+# the test compares those files, dlock's exit status and the lease rows
+# in dlock_leases.  The long scenarios (part 2) run at the same time on
+# different lock names, so the whole file takes about ten seconds.
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes ();
+use DlockCli;
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_cli_run');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $conn = $node->connstr('postgres');
+my $dir  = PostgreSQL::Test::Utils::tempdir('cli_run');
+
+# sql runs a query on the node and returns its output.
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+# lease returns "token|released|live" of $name's row, '' when there is none.
+sub lease
+{
+	my ($name) = @_;
+	return sql(
+		"SELECT token, released, live FROM dlock_leases WHERE lock_name = '$name'"
+	);
+}
+
+# ---------------------------------------------------------------------
+# Part 1: short runs, one at a time.
+# ---------------------------------------------------------------------
+
+# The child's environment, its exit status, release at the end, the
+# default owner label.
+write_script("$dir/env.sh", qq{printf '%s|%s\\n' "\$DLOCK_NAME" "\$DLOCK_TOKEN" > $dir/env.out
+exit 3
+});
+my $h = dlock_run([ 'run', '-d', $conn, '--ttl', '2s', 'env-job', '--', "$dir/env.sh" ]);
+is($h->{rc}, 3, "run exits with CMD's exit status (3)");
+my ($env_name, $env_token) = split /\|/, (slurp("$dir/env.out") =~ s/\n//r);
+is($env_name, 'env-job', 'DLOCK_NAME in the child environment is NAME');
+like($env_token, qr/^[1-9][0-9]*$/, 'DLOCK_TOKEN in the child environment is a token');
+is(lease('env-job'), "$env_token|t|f",
+	"the lease row carries the child's token and was released when CMD exited");
+like(
+	sql("SELECT owner FROM dlock_leases WHERE lock_name = 'env-job'"),
+	qr/^dlock run \S+ pid $h->{pid}$/,
+	'default owner label: "dlock run HOST pid PID" with dlock\'s pid');
+is($h->{stderr}, '', 'a successful run prints nothing');
+
+# --owner, and arguments of CMD that look like dlock's options.
+write_script("$dir/args.sh", qq{printf '%s\\n' "\$@" > $dir/args.out\n});
+$h = dlock_run([
+	'run', '-d', $conn, '--owner', 'nightly report', 'args-job',
+	"$dir/args.sh", '--ttl', '-d', '--', 'x y'
+]);
+is($h->{rc}, 0, 'run without "--": CMD starts at the argument after NAME');
+is(slurp("$dir/args.out"), "--ttl\n-d\n--\nx y\n",
+	"CMD's own arguments are passed on untouched, also ones like dlock's options");
+is(sql("SELECT owner FROM dlock_leases WHERE lock_name = 'args-job'"),
+	'nightly report', '--owner sets the owner label');
+
+# A child killed by a signal: 128 + signal, like a shell; lease released.
+write_script("$dir/killself.sh", "kill -KILL \$\$\n");
+$h = dlock_run([ 'run', '-d', $conn, 'kill-job', '--', "$dir/killself.sh" ]);
+is($h->{rc}, 128 + 9, 'CMD killed by SIGKILL: run exits 137');
+like(lease('kill-job'), qr/^\d+\|t\|f$/, 'and the lease was released');
+
+# CMD that cannot be executed: 127, like a shell; lease released.
+$h = dlock_run([ 'run', '-d', $conn, 'missing-job', '--', "$dir/no-such-command" ]);
+is($h->{rc}, 127, 'CMD not found: exit 127');
+like($h->{stderr}, qr/could not execute "\Q$dir\E\/no-such-command": No such file/,
+	'with a message naming CMD');
+like(lease('missing-job'), qr/^\d+\|t\|f$/, 'and the lease was released');
+
+# Usage errors: 64, a one-line message and the usage, nothing acquired,
+# CMD not started.
+write_script("$dir/touch.sh", "echo ran > $dir/touched\n");
+my @usage = (
+	[ [ 'run', '-d', $conn, 'u-job' ], qr/^dlock: missing CMD after NAME$/m, 'no CMD' ],
+	[ [ 'run', '-d', $conn ], qr/^dlock: missing NAME$/m, 'no NAME' ],
+	[
+		[ 'run', '-d', $conn, '--ttl', '5 s', 'u-job', '--', "$dir/touch.sh" ],
+		qr/^dlock: invalid duration "5 s" for --ttl/m,
+		'bad duration'
+	],
+	[
+		[ 'run', '-d', $conn, '--ttl', '0s', 'u-job', '--', "$dir/touch.sh" ],
+		qr/^dlock: --ttl must be at least 1ms$/m,
+		'ttl 0'
+	],
+	[
+		[ 'run', '-d', $conn, '--frobnicate', 'u-job', '--', "$dir/touch.sh" ],
+		qr/^dlock: unknown option "--frobnicate"$/m,
+		'unknown option'
+	],
+	[
+		[ 'run', '-d', $conn, '--kill-after', 'soon', 'u-job', '--', "$dir/touch.sh" ],
+		qr/^dlock: invalid duration "soon" for --kill-after/m,
+		'bad --kill-after'
+	],
+	[
+		[ 'run', '-d', $conn, '', '--', "$dir/touch.sh" ],
+		qr/^dlock: NAME must not be empty$/m,
+		'empty NAME'
+	],
+	[ [ 'run', '--wait' ], qr/^dlock: option --wait needs a value$/m, 'option without value' ],
+);
+for my $u (@usage)
+{
+	my ($args, $re, $what) = @$u;
+	$h = dlock_run($args);
+	is($h->{rc}, 64, "usage error ($what): exit 64");
+	like($h->{stderr}, $re, "usage error ($what): the message");
+	like($h->{stderr}, qr/^Usage: dlock run /m, "usage error ($what): the usage");
+}
+ok(!-e "$dir/touched", 'no CMD was started by a usage error');
+is(sql("SELECT count(*) FROM dlock_leases WHERE lock_name = 'u-job'"),
+	'0', 'no lease was acquired by a usage error');
+
+# An unreachable database: non-zero (69) with libpq's message, CMD never
+# started.
+my $free_port = PostgreSQL::Test::Cluster::get_free_port();
+$h = dlock_run([
+	'run', '-d', "host=127.0.0.1 port=$free_port dbname=postgres",
+	'u-job', '--', "$dir/touch.sh"
+]);
+is($h->{rc}, 69, 'unreachable database: exit 69');
+like($h->{stderr}, qr/^dlock: connection to server at "127\.0\.0\.1", port $free_port failed/m,
+	"unreachable database: libpq's message");
+ok(!-e "$dir/touched", 'unreachable database: CMD was not started');
+
+# A database without the extension: 70, with a hint, CMD never started.
+sql('CREATE DATABASE no_dlock');
+$h = dlock_run([
+	'run', '-d', $node->connstr('no_dlock'), 'u-job', '--', "$dir/touch.sh"
+]);
+is($h->{rc}, 70, 'extension not installed: exit 70');
+like($h->{stderr}, qr/function dlock_acquire\(.*\) does not exist \(SQLSTATE 42883\)/,
+	"extension not installed: the server's error");
+like($h->{stderr}, qr/is the dlock extension installed in database "no_dlock"\?/,
+	'extension not installed: a hint');
+ok(!-e "$dir/touched", 'extension not installed: CMD was not started');
+
+# ---------------------------------------------------------------------
+# Part 2: long runs, all at once, on different names.
+# ---------------------------------------------------------------------
+
+# A: a 5 s job under a 2 s lease.  Renewal must keep it live throughout;
+# it is released at the end.
+write_script("$dir/renew.sh", qq{echo "\$DLOCK_TOKEN" > $dir/renew.started
+sleep 5
+echo done > $dir/renew.done
+});
+# B: breaks its lease (dlock_break) during the run; the child records
+# the SIGTERM it gets.
+write_script("$dir/break.sh", qq{trap 'echo TERM > $dir/break.term; exit 9' TERM
+echo "\$DLOCK_TOKEN" > $dir/break.started
+sleep 60 & wait \$!
+echo "no SIGTERM" > $dir/break.term
+});
+# C: SIGTERM sent to dlock is passed on; the child exits 7 on it.
+write_script("$dir/fwd.sh", qq{trap 'echo TERM > $dir/fwd.term; exit 7' TERM
+echo "\$DLOCK_TOKEN" > $dir/fwd.started
+sleep 60 & wait \$!
+});
+# D: SIGINT, likewise; the child exits 5 on it.
+write_script("$dir/int.sh", qq{trap 'echo INT > $dir/int.sig; exit 5' INT
+echo "\$DLOCK_TOKEN" > $dir/int.started
+sleep 60 & wait \$!
+});
+# E: a child that ignores SIGTERM after its lease is broken: SIGKILL
+# after --kill-after.
+write_script("$dir/stubborn.sh", qq{trap 'echo TERM >> $dir/stubborn.term' TERM
+echo \$\$ > $dir/stubborn.started
+while :; do sleep 0.1; done
+});
+# F: the second runner on A's name, waiting for it: it must start only
+# after A's CMD finished.
+write_script("$dir/second.sh", qq{if [ -e $dir/renew.done ]; then echo after; else echo during; fi > $dir/second.out
+echo "\$DLOCK_TOKEN" >> $dir/second.out
+});
+
+my $a = dlock_start([ 'run', '-d', $conn, '--ttl', '2s', 'renew-job', '--', "$dir/renew.sh" ]);
+my $b = dlock_start([ 'run', '-d', $conn, '--ttl', '1500ms', 'break-job', '--', "$dir/break.sh" ]);
+my $c = dlock_start([ 'run', '-d', $conn, '--ttl', '2s', 'fwd-job', '--', "$dir/fwd.sh" ]);
+my $d = dlock_start([ 'run', '-d', $conn, '--ttl', '2s', 'int-job', '--', "$dir/int.sh" ]);
+my $e = dlock_start([
+	'run', '-d', $conn, '--ttl', '1500ms', '--kill-after', '1s', 'stubborn-job',
+	'--', "$dir/stubborn.sh"
+]);
+for my $f (qw(renew break fwd int stubborn))
+{
+	ok(wait_for_file("$dir/$f.started"), "$f-job: CMD started");
+}
+my $t_started = Time::HiRes::time();
+my $a_token = slurp("$dir/renew.started") =~ s/\n//r;
+
+# The second runner, with --wait: it queues behind A.
+my $f = dlock_start([ 'run', '-d', $conn, '--ttl', '2s', '--wait', '30s', 'renew-job', '--', "$dir/second.sh" ]);
+
+# A second runner without --wait: 75, CMD never started.
+$h = dlock_run([ 'run', '-d', $conn, 'renew-job', '--', "$dir/touch.sh" ]);
+is($h->{rc}, 75, 'second runner on a held name: exit 75');
+like($h->{stderr},
+	qr/^dlock: not acquired: "renew-job" is held by "dlock run \S+ pid $a->{pid}" \(token $a_token, /m,
+	'second runner: the message names the holder and its token');
+ok(!-e "$dir/touched", 'second runner: CMD was not started');
+is(lease('renew-job'), "$a_token|f|t", "second runner: the holder's lease is untouched");
+$h = dlock_run([ 'run', '-d', $conn, '--wait', '300ms', 'renew-job', '--', "$dir/touch.sh" ]);
+is($h->{rc}, 75, 'second runner with --wait 300ms: exit 75');
+cmp_ok($h->{elapsed}, '>=', 0.3, 'second runner with --wait 300ms: it waited');
+ok(!-e "$dir/touched", 'second runner with --wait 300ms: CMD was not started');
+
+# B: break the lease; the child gets SIGTERM, dlock exits 76.
+my $b_token = slurp("$dir/break.started") =~ s/\n//r;
+is(sql("SELECT dlock_break('break-job')"), 't', 'break-job: dlock_break during the run');
+is(dlock_wait($b), 76, 'break-job: dlock exits 76 after its lease was broken');
+is(slurp("$dir/break.term"), "TERM\n", 'break-job: the child got SIGTERM');
+like($b->{stderr}, qr/lost: dlock_renew returned false/, 'break-job: dlock says why');
+cmp_ok($b->{elapsed}, '<', 5, 'break-job: noticed within a renew interval or so');
+is(lease('break-job'), "$b_token|t|f",
+	'break-job: nobody took the lease again (dlock does not reacquire)');
+
+# E: break; the child ignores SIGTERM and is killed --kill-after later.
+my $e_pid = slurp("$dir/stubborn.started") =~ s/\n//r;
+my $t_break = Time::HiRes::time();
+is(sql("SELECT dlock_break('stubborn-job')"), 't', 'stubborn-job: dlock_break');
+is(dlock_wait($e), 76, 'stubborn-job: dlock exits 76');
+my $t_e = Time::HiRes::time() - $t_break;
+ok(wait_for_file("$dir/stubborn.term", 1), 'stubborn-job: the child got SIGTERM');
+cmp_ok($t_e, '>=', 1, 'stubborn-job: SIGKILL came no earlier than --kill-after (1s)');
+like($e->{stderr}, qr/still running 1s after SIGTERM: sending SIGKILL/,
+	'stubborn-job: dlock says it sent SIGKILL');
+like($e->{stderr}, qr/CMD was killed by SIGKILL \(status 137\) after the lease was lost/,
+	'stubborn-job: dlock reports how CMD ended');
+ok(!process_alive($e_pid), 'stubborn-job: the child is gone');
+
+# C and D: signals to dlock are passed on; the lease is released after
+# CMD exits, and dlock exits with CMD's status.
+my $c_token = slurp("$dir/fwd.started") =~ s/\n//r;
+my $d_token = slurp("$dir/int.started") =~ s/\n//r;
+is(lease('fwd-job'), "$c_token|f|t", 'fwd-job: live before the signal');
+kill 'TERM', $c->{pid};
+kill 'INT',  $d->{pid};
+is(dlock_wait($c), 7, "SIGTERM to dlock: passed on to CMD; dlock exits with CMD's status 7");
+is(slurp("$dir/fwd.term"), "TERM\n", 'SIGTERM to dlock: CMD got SIGTERM');
+is(lease('fwd-job'), "$c_token|t|f", 'SIGTERM to dlock: the lease was released after CMD exited');
+is(dlock_wait($d), 5, "SIGINT to dlock: passed on to CMD; dlock exits with CMD's status 5");
+is(slurp("$dir/int.sig"), "INT\n", 'SIGINT to dlock: CMD got SIGINT');
+is(lease('int-job'), "$d_token|t|f", 'SIGINT to dlock: the lease was released after CMD exited');
+
+# A: past its first ttl (2 s) the lease is still live, with the same
+# token, because it was renewed.
+my $wait_more = 3.5 - (Time::HiRes::time() - $t_started);
+Time::HiRes::sleep($wait_more) if $wait_more > 0;
+ok(!-e "$dir/renew.done", 'renew-job: still running 3.5 s after it started');
+is( sql(
+		"SELECT token, live, renewed_at > acquired_at + interval '1 s' FROM dlock_leases WHERE lock_name = 'renew-job'"
+	),
+	"$a_token|t|t",
+	'renew-job: 3.5 s into a 5 s job, its 2 s lease is live, same token, renewed');
+is(dlock_wait($a), 0, 'renew-job: exit 0');
+is(slurp("$dir/renew.done"), "done\n", 'renew-job: CMD ran to the end');
+
+# F: the waiting runner got the lease after A released it.
+is(dlock_wait($f), 0, 'waiting second runner: exit 0');
+my ($when, $f_token) = split /\n/, slurp("$dir/second.out");
+is($when, 'after', "waiting second runner: its CMD started after the first runner's CMD ended");
+cmp_ok($f_token, '>', $a_token, 'waiting second runner: a greater token');
+is(lease('renew-job'), "$f_token|t|f", 'waiting second runner: released at the end');
+
+$node->stop;
+done_testing();

@@ -1,0 +1,171 @@
+#!/usr/bin/perl
+#
+# test/t/021_cli_pause.pl
+#	  The pause scenario of dlock run (cli/run.c): the dlock process itself
+#	  is stopped with SIGSTOP past its lease's ttl while another client
+#	  takes the lease over, then resumed.
+#
+# dlock must notice at once, from its monotonic clock, that the lease's
+# deadline passed, stop its child (SIGTERM, recorded by the child's trap)
+# and exit 76 -- without sending any renew or release, so the new holder's
+# lease is untouched.  The server logs every statement with the session's
+# application_name, so the test can prove that nothing from the paused
+# dlock reached the server after SIGCONT; the new holder's lease row is
+# compared column by column, and the new holder can still renew and
+# release it.
+#
+# Three runs at once, on different names:
+#   1. CMD still running when dlock is resumed: SIGTERM, exit 76.
+#   2. CMD exits while dlock is stopped: dlock cannot tell whether it
+#      finished before the lease ran out, so it exits 76 too, and does
+#      not release.
+#   3. A pause shorter than the lease's margin: dlock resumes, renews, and
+#      the run ends normally (exit 0, lease released).  No false alarm.
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes ();
+use DlockCli;
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_cli_pause');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+log_statement = 'all'
+log_line_prefix = '%m [%p] app=%a '
+});
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $dir = PostgreSQL::Test::Utils::tempdir('cli_pause');
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+# conn returns a connection string whose sessions are named $app.
+sub conn { return $node->connstr('postgres') . " application_name=$_[0]"; }
+
+# row returns every column of $name's lease row.
+sub row
+{
+	return sql(
+		"SELECT lock_name, token, owner, holder_role, acquired_at, renewed_at, expires_at, released, live FROM dlock_leases WHERE lock_name = '$_[0]'"
+	);
+}
+
+# 1. still running
+write_script("$dir/long.sh", qq{trap 'echo TERM > $dir/long.term; exit 9' TERM
+echo "\$DLOCK_TOKEN" > $dir/long.started
+sleep 60 & wait \$!
+});
+# 2. exits during the pause
+write_script("$dir/short.sh", qq{trap 'echo TERM > $dir/short.term; exit 9' TERM
+echo "\$DLOCK_TOKEN" > $dir/short.started
+sleep 1.5
+echo done > $dir/short.done
+});
+# 3. a short pause
+write_script("$dir/brief.sh", qq{trap 'echo TERM > $dir/brief.term; exit 9' TERM
+echo "\$DLOCK_TOKEN" > $dir/brief.started
+sleep 3
+echo done > $dir/brief.done
+});
+
+my $long = dlock_start(
+	[ 'run', '-d', conn('paused-long'), '--ttl', '1s', 'long-job', '--', "$dir/long.sh" ]);
+my $short = dlock_start(
+	[ 'run', '-d', conn('paused-short'), '--ttl', '1s', 'short-job', '--', "$dir/short.sh" ]);
+my $brief = dlock_start(
+	[ 'run', '-d', conn('paused-brief'), '--ttl', '3s', 'brief-job', '--', "$dir/brief.sh" ]);
+for my $f (qw(long short brief))
+{
+	ok(wait_for_file("$dir/$f.started"), "$f-job: CMD started");
+}
+my %old = map { $_ => slurp("$dir/$_.started") =~ s/\n//r } qw(long short brief);
+
+# Each has renewed its lease at least once before the pause.
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 3 FROM dlock_leases WHERE lock_name LIKE '%-job' AND renewed_at > acquired_at AND live"
+) or die 'the leases were not renewed';
+
+# Stop all three dlock processes (not their children).
+kill 'STOP', $long->{pid}, $short->{pid}, $brief->{pid};
+my $t_stop = Time::HiRes::time();
+
+# The brief pause: 1 s, well inside the 3 s lease renewed every second.
+Time::HiRes::sleep(1);
+kill 'CONT', $brief->{pid};
+
+# The 1 s leases expire on the server; another client takes both over.
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 0 FROM dlock_leases WHERE lock_name IN ('long-job', 'short-job') AND live"
+) or die 'the leases of the stopped dlock processes did not expire';
+ok(wait_for_file("$dir/short.done"), 'short-job: CMD finished while dlock was stopped');
+my %new;
+for my $n (qw(long short))
+{
+	$new{$n} = sql("SELECT dlock_acquire('$n-job', '1 minute', owner => 'new holder')");
+	cmp_ok($new{$n}, '>', $old{$n}, "$n-job: another client took the lease over");
+}
+my %row_before = map { $_ => row("$_-job") } qw(long short);
+ok(-e "$dir/long.started" && !-e "$dir/long.term",
+	'long-job: CMD still running, not told anything while dlock is stopped');
+
+# Resume, and remember where the server log was.
+my $log_offset = -s $node->logfile;
+my $t_cont = Time::HiRes::time();
+kill 'CONT', $long->{pid}, $short->{pid};
+
+is(dlock_wait($long), 76, 'long-job: dlock exits 76 after the pause');
+my $noticed = Time::HiRes::time() - $t_cont;
+cmp_ok($noticed, '<', 3,
+	'long-job: it noticed at once (well before --kill-after would matter)');
+is(slurp("$dir/long.term"), "TERM\n", 'long-job: its CMD got SIGTERM');
+like($long->{stderr}, qr/lost: dlock could not renew it in time, its deadline passed/,
+	'long-job: dlock says its deadline passed');
+
+is(dlock_wait($short), 76, 'short-job: dlock exits 76 although CMD exited with 0');
+like($short->{stderr}, qr/lost: .*; CMD exited with status 0/,
+	"short-job: dlock reports the loss and CMD's status");
+ok(!-e "$dir/short.term", 'short-job: CMD had exited, no SIGTERM');
+
+for my $n (qw(long short))
+{
+	is(row("$n-job"), $row_before{$n},
+		"$n-job: the new holder's lease row is exactly as it was");
+	is(sql("SELECT token, owner, live FROM dlock_leases WHERE lock_name = '$n-job'"),
+		"$new{$n}|new holder|t", "$n-job: the new holder's lease is live");
+}
+
+# Nothing from the resumed dlock processes reached the server: no renew,
+# no release.
+my $log = slurp($node->logfile);
+$log = substr($log, $log_offset);
+my @sent = grep { /app=paused-(long|short) .*dlock_(renew|release|acquire)/ } split /\n/, $log;
+is_deeply(\@sent, [], 'no renew or release was sent after SIGCONT');
+my @before = grep { /app=paused-long .*dlock_renew/ } split /\n/, substr(slurp($node->logfile), 0, $log_offset);
+cmp_ok(scalar(@before), '>', 0, '(and the log does record their renewals before the pause)');
+
+# The new holders can renew and release their leases.
+for my $n (qw(long short))
+{
+	my $h = dlock_run([ 'renew', '-d', conn('new-holder'), "$n-job", $new{$n} ]);
+	is($h->{rc}, 0, "$n-job: the new holder renews its lease");
+	$h = dlock_run([ 'release', '-d', conn('new-holder'), "$n-job", $new{$n} ]);
+	is($h->{rc}, 0, "$n-job: the new holder releases its lease");
+}
+
+# 3. The brief pause was harmless.
+is(dlock_wait($brief), 0, 'brief-job: a pause within the lease: exit 0');
+is(slurp("$dir/brief.done"), "done\n", 'brief-job: CMD ran to the end');
+ok(!-e "$dir/brief.term", 'brief-job: CMD got no SIGTERM');
+is(sql("SELECT token, released FROM dlock_leases WHERE lock_name = 'brief-job'"),
+	"$old{brief}|t", 'brief-job: same token, released at the end');
+is($brief->{stderr}, '', 'brief-job: nothing to report');
+
+$node->stop;
+done_testing();

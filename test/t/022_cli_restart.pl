@@ -1,0 +1,92 @@
+#!/usr/bin/perl
+#
+# test/t/022_cli_restart.pl
+#	  dlock run (cli/run.c) when the database goes away during a run.
+#
+#   1. The server restarts during a run (pg_ctl restart, fast mode: every
+#      connection is terminated).  dlock's connection is gone; it
+#      reconnects and renews with the same token before its local deadline,
+#      the lease survives (leases are WAL-logged), CMD runs to the end
+#      untouched, and the lease is released at the end.
+#   2. The server stops during a run and stays down past the lease's ttl.
+#      dlock keeps retrying until the deadline by its monotonic clock, then
+#      treats the lease as lost: CMD gets SIGTERM and dlock exits 76, while
+#      the server is still down.  After the server is back, the lease row
+#      shows the lease expired, not released (dlock did not touch it).
+#   3. While the server is down, a new dlock run exits 69 with libpq's
+#      message, and CMD is never started.
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes ();
+use DlockCli;
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_cli_restart');
+$node->init;
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $conn = $node->connstr('postgres');
+my $dir  = PostgreSQL::Test::Utils::tempdir('cli_restart');
+
+sub sql { return $node->safe_psql('postgres', $_[0]); }
+
+# 1. Restart during a run.
+write_script("$dir/job.sh", qq{trap 'echo TERM > $dir/job.term; exit 9' TERM
+echo "\$DLOCK_TOKEN" > $dir/job.started
+sleep 5 & wait \$!
+echo done > $dir/job.done
+});
+my $h = dlock_start([ 'run', '-d', $conn, '--ttl', '4s', 'restart-job', '--', "$dir/job.sh" ]);
+ok(wait_for_file("$dir/job.started"), 'restart: CMD started');
+my $token = slurp("$dir/job.started") =~ s/\n//r;
+$node->restart;    # fast mode: terminates dlock's connection
+my $t_up = sql('SELECT clock_timestamp()');
+ok( $node->poll_query_until(
+		'postgres', qq{
+SELECT token = $token AND live AND NOT released AND renewed_at > '$t_up'
+  FROM dlock_leases WHERE lock_name = 'restart-job'}),
+	'restart: dlock reconnected and renewed the same lease after the restart');
+is(dlock_wait($h), 0, 'restart: exit 0');
+is(slurp("$dir/job.done"), "done\n", 'restart: CMD ran to the end');
+ok(!-e "$dir/job.term", 'restart: CMD got no SIGTERM');
+is(sql("SELECT token, released FROM dlock_leases WHERE lock_name = 'restart-job'"),
+	"$token|t", 'restart: the lease was released at the end');
+like($h->{stderr}, qr/could not renew it, retrying for up to/,
+	'restart: dlock reported the failed renewal');
+like($h->{stderr}, qr/renewed again/, 'restart: and the recovery');
+
+# 2. The server stays down past the ttl.
+unlink "$dir/job.started", "$dir/job.term", "$dir/job.done";
+$h = dlock_start([ 'run', '-d', $conn, '--ttl', '1500ms', 'down-job', '--', "$dir/job.sh" ]);
+ok(wait_for_file("$dir/job.started"), 'down: CMD started');
+$token = slurp("$dir/job.started") =~ s/\n//r;
+$node->stop('fast');
+my $t_down = Time::HiRes::time();
+is(dlock_wait($h), 76, 'down: dlock exits 76 when the database stays unreachable past the ttl');
+my $after = Time::HiRes::time() - $t_down;
+cmp_ok($after, '<=', 3, 'down: within about the ttl after the server went away');
+is(slurp("$dir/job.term"), "TERM\n", 'down: CMD got SIGTERM');
+ok(!-e "$dir/job.done", 'down: CMD did not run to the end');
+like($h->{stderr}, qr/lost: no renew succeeded before it expired/, 'down: dlock says why');
+like($h->{stderr}, qr/last error: connection to server .* failed/, "down: with libpq's last error");
+
+# 3. A new run while the server is down: 69, CMD never started.
+write_script("$dir/touch.sh", "echo ran > $dir/touched\n");
+$h = dlock_run([ 'run', '-d', $conn, 'down-job', '--', "$dir/touch.sh" ]);
+is($h->{rc}, 69, 'database down: a new run exits 69');
+like($h->{stderr}, qr/^dlock: connection to server on socket .* failed/m,
+	"database down: libpq's message");
+ok(!-e "$dir/touched", 'database down: CMD was not started');
+
+$node->start;
+is(sql("SELECT token, released, live FROM dlock_leases WHERE lock_name = 'down-job'"),
+	"$token|f|f", 'down: the lease expired on its own; dlock did not release it');
+
+$node->stop;
+done_testing();
