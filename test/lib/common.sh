@@ -20,6 +20,7 @@ DLOCK_PACKAGES=(
     make gcc
     "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" "postgresql-$PG_MAJOR-pgtap"
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
+    pgbouncer
 )
 
 dlock_say() { printf '%s\n' "$*"; }
