@@ -199,6 +199,9 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 	},
 };
 
+/* How many calling functions the cache remembers as being in its schema. */
+#define DLOCK_KNOWN_FNS		8
+
 /* Per-backend cache of where the extension lives, and the saved plans. */
 typedef struct DlockStoreCache
 {
@@ -210,6 +213,7 @@ typedef struct DlockStoreCache
 	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
 	Oid			pkeyid;			/* dlock_lease_pkey */
 	Oid			owner;			/* owner of dlock_lease */
+	Oid			fns[DLOCK_KNOWN_FNS];	/* functions known to be in nspid */
 	SPIPlanPtr	plans[NUM_STMTS];
 } DlockStoreCache;
 
@@ -247,7 +251,22 @@ store_relcache_callback(Datum arg, Oid relid)
 static bool
 store_cache_current(Oid fn_oid)
 {
-	return store_cache.valid && store_cache.nspid == get_func_namespace(fn_oid);
+	int			i;
+
+	if (!store_cache.valid)
+		return false;
+	for (i = 0; i < DLOCK_KNOWN_FNS && OidIsValid(store_cache.fns[i]); i++)
+	{
+		if (store_cache.fns[i] == fn_oid)
+			return true;
+	}
+	if (store_cache.nspid != get_func_namespace(fn_oid))
+		return false;
+	/* remember it (a function's schema changes only with an invalidation) */
+	if (i == DLOCK_KNOWN_FNS)
+		i = 0;
+	store_cache.fns[i] = fn_oid;
+	return true;
 }
 
 /*
@@ -271,6 +290,7 @@ store_prepare_cache(Oid fn_oid)
 		return;
 	nspid = get_func_namespace(fn_oid);
 	store_cache.valid = false;
+	memset(store_cache.fns, 0, sizeof(store_cache.fns));
 	inval_start = store_cache.inval_count;
 
 	if (!callback_registered)
