@@ -13,12 +13,15 @@
  * database connection (cli/conn.c, never blocking), with a timeout taken
  * from the next timer.  Every wake-up does, in this order:
  *
- *   1. read the monotonic clock and check the lease's local deadline
+ *   1. reap CMD (waitpid WNOHANG, on every wake-up, so a lost SIGCHLD
+ *      record cannot matter);
+ *   2. read the monotonic clock and check the lease's local deadline
  *      before trusting anything else (a process that was stopped with
  *      SIGSTOP, or starved, learns here that its lease may be gone, before
- *      it reads any answer or sends any query);
- *   2. reap CMD (waitpid WNOHANG, on every wake-up, so a lost SIGCHLD
- *      record cannot matter);
+ *      it reads any answer or sends any query).  CMD, if reaped in step 1,
+ *      exited before this clock reading: if the deadline has not passed,
+ *      it ran under the lease to its end and dlock goes on to release the
+ *      lease; if it has, dlock cannot tell and counts the lease as lost;
  *   3. handle signals: SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
  *      SIGUSR2 are passed on to CMD with kill(), except those the kernel
  *      sent (si_code SI_KERNEL: the terminal), which reached CMD already
@@ -134,6 +137,7 @@ typedef struct Run
 	bool		killed;			/* SIGKILL sent */
 	int			interrupt;		/* signal that stopped dlock without CMD */
 	bool		reported;		/* CMD's status was reported after the loss */
+	bool		wake_now;		/* SIGCHLD seen: do not sleep */
 } Run;
 
 static void reap(Run *r);
@@ -374,7 +378,9 @@ start_child(Run *r)
 }
 
 /*
- * reap collects CMD's exit status if it has exited.
+ * reap collects CMD's exit status if it has exited.  Whether the lease
+ * was held until then is decided by the caller, from a clock reading
+ * taken after reap (see DlockRun's loop).
  */
 static void
 reap(Run *r)
@@ -397,8 +403,6 @@ reap(Run *r)
 	else
 		r->child_status = DLOCK_EXIT_ERROR;
 	set_backstop(0, 0);
-	if (!r->lost)
-		r->releasing = true;
 }
 
 /*
@@ -413,7 +417,13 @@ handle_signals(Run *r)
 
 	while (DlockSignalNext(&signo, &code))
 	{
-		if (signo == SIGCHLD || signo == SIGALRM)
+		if (signo == SIGCHLD)
+		{
+			/* reaped at the top of the next pass, which comes at once */
+			r->wake_now = true;
+			continue;
+		}
+		if (signo == SIGALRM)
 			continue;
 		if (r->child > 0 && !r->child_done)
 		{
@@ -627,7 +637,7 @@ check_deadline(Run *r, int64_t now)
 				   r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
 		return;
 	}
-	if (r->releasing)
+	if (r->releasing && !r->lost)
 	{
 		/* CMD finished while the lease was held; it has expired by now */
 		say(r, "not released: %s; it has expired by now",
@@ -725,19 +735,27 @@ DlockRun(const DlockOptions *opt)
 	{
 		struct pollfd fds[2];
 		int			nfds = 1;
-		int64_t		now = DlockNow();
+		int64_t		now;
 		int64_t		wake;
 		int			timeout;
 		PGresult   *res;
 		DlockLinkEvent ev;
 
-		/* 1. the clock first */
+		/*
+		 * 1. Has CMD exited?  Then 2. the clock, before anything else: a
+		 * deadline found passed makes the lease lost, also when CMD has
+		 * exited (it may have exited after the deadline, while dlock was
+		 * stopped).  CMD exited before this clock reading, so if the
+		 * deadline has not passed, CMD ran under the lease to its end.
+		 */
+		reap(&r);
+		now = DlockNow();
 		check_deadline(&r, now);
-		/* 2. CMD */
-		reap(&r);
+		if (r.child_done && !r.lost && !r.releasing)
+			r.releasing = true;
 		/* 3. signals */
+		r.wake_now = false;
 		handle_signals(&r);
-		reap(&r);
 		/* 4. the connection */
 		if (!r.lost)
 		{
@@ -781,7 +799,7 @@ DlockRun(const DlockOptions *opt)
 			fds[1].revents = 0;
 			nfds = 2;
 		}
-		wake = next_wake(&r);
+		wake = r.wake_now ? 0 : next_wake(&r);
 		now = DlockNow();
 		if (wake < 0)
 			timeout = -1;
