@@ -98,6 +98,7 @@ extern const char *DlockHostname(void);
 extern void DlockSignalsInit(void);
 extern bool DlockSignalCatch(int signo,
 							 void (*fn) (int, siginfo_t *, void *));
+extern void DlockSignalIgnore(int signo);
 extern void DlockSignalNotify(int signo, int code);
 extern int	DlockSignalFd(void);
 extern bool DlockSignalNext(int *signo, int *code);

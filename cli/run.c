@@ -69,6 +69,8 @@
  *     ended while CMD ran: dlock exits 76 then too.
  *   - If dlock itself dies (SIGKILL, OOM killer), CMD gets SIGTERM
  *     (PR_SET_PDEATHSIG, on Linux), since nobody renews the lease any more.
+ *     dlock ignores SIGPIPE (CMD gets its original disposition back), so
+ *     that a closed stderr cannot kill it while it holds a lease.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -712,6 +714,8 @@ DlockRun(const DlockOptions *opt)
 		DlockSignalCatch(forwarded[i], NULL);
 	DlockSignalCatch(SIGCHLD, NULL);
 	DlockSignalCatch(SIGALRM, backstop_handler);
+	/* a closed stderr must not kill dlock while it holds a lease */
+	DlockSignalIgnore(SIGPIPE);
 
 	rc = DlockAcquireLease(&r.link, opt, owner, r.token, sizeof(r.token),
 						   &r.sent_at, &answered_at);

@@ -147,6 +147,24 @@ DlockSignalCatch(int signo, void (*fn) (int, siginfo_t *, void *))
 }
 
 /*
+ * DlockSignalIgnore ignores signo in dlock; the child gets the original
+ * disposition back (DlockSignalsRestoreInChild).
+ */
+void
+DlockSignalIgnore(int signo)
+{
+	struct sigaction sa;
+
+	if (sigaction(signo, NULL, &original[signo]) != 0)
+		return;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(signo, &sa, NULL) == 0)
+		caught[signo] = true;
+}
+
+/*
  * DlockSignalFd returns the read end of the self-pipe, for poll().
  */
 int

@@ -44,14 +44,15 @@ sub dlock_path
 }
 
 # dlock_start(\@args, env => {NAME => value}) starts dlock with @args and
-# returns a handle: {pid, out, err, t0}.  stdin is /dev/null; stdout and
+# returns a handle: {pid, out, err, t0}.  With program => PATH it starts
+# that program instead, the same way (for comparisons).  stdin is /dev/null; stdout and
 # stderr go to files.  The signals the tests send are reset to their
 # default disposition and unblocked, whatever the test harness inherited,
 # since dlock leaves a signal that it finds ignored ignored.
 sub dlock_start
 {
 	my ($args, %opt) = @_;
-	my $bin = dlock_path();
+	my $bin = $opt{program} // dlock_path();
 	$outdir //= PostgreSQL::Test::Utils::tempdir('dlock_out');
 	$counter++;
 	my $h = {

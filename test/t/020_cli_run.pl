@@ -64,6 +64,20 @@ like(
 	'default owner label: "dlock run HOST pid PID" with dlock\'s pid');
 is($h->{stderr}, '', 'a successful run prints nothing');
 
+# CMD starts with the signal dispositions and mask it would have without
+# dlock (dlock catches, blocks and ignores signals itself, SIGPIPE among
+# them): the ignored and blocked signals of grep reading its own
+# /proc/self/status are the same when dlock runs it as when it is started
+# directly, the same way.
+my @grep = ('grep', '-E', '^Sig(Ign|Blk):', '/proc/self/status');
+my $direct = dlock_run([ @grep[1..3] ], program => '/bin/grep');
+$h = dlock_run([ 'run', '-d', $conn, 'sigs-job', '--', @grep ]);
+is($h->{rc}, 0, 'signal state: exit 0');
+like($direct->{stdout}, qr/^SigIgn:\s+\S+\nSigBlk:\s+\S+\n\z|^SigBlk:\s+\S+\nSigIgn:\s+\S+\n\z/,
+	'signal state: read from /proc');
+is($h->{stdout}, $direct->{stdout},
+	"CMD's ignored and blocked signals are the same as without dlock");
+
 # --owner, and arguments of CMD that look like dlock's options.
 write_script("$dir/args.sh", qq{printf '%s\\n' "\$@" > $dir/args.out\n});
 $h = dlock_run([
