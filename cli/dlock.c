@@ -278,7 +278,7 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 		if (arg[2] != '\0')
 			value = arg + 2;
 	}
-	if ((cmd ? cmd->options : OPT_CONN) & def->bit ? false : true)
+	if (((cmd ? cmd->options : OPT_CONN) & def->bit) == 0)
 	{
 		if (cmd)
 			usage_error(cmd, "option --%s does not apply to dlock %s",

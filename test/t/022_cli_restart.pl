@@ -15,6 +15,10 @@
 #      shows the lease expired, not released (dlock did not touch it).
 #   3. While the server is down, a new dlock run exits 69 with libpq's
 #      message, and CMD is never started.
+#   0. First, a database that hangs without closing the connection: the
+#      backend serving dlock is stopped with SIGSTOP.  Its renew gets no
+#      answer; dlock abandons the attempt in time, renews on a new
+#      connection, and the run ends normally.
 #
 # Copyright (c) 2026, the dlock authors
 
@@ -36,13 +40,46 @@ my $dir  = PostgreSQL::Test::Utils::tempdir('cli_restart');
 
 sub sql { return $node->safe_psql('postgres', $_[0]); }
 
+# 0. A hung backend.
+write_script("$dir/hang.sh", qq{echo "\$DLOCK_TOKEN" > $dir/hang.started
+sleep 3
+echo done > $dir/hang.done
+});
+my $h = dlock_start([
+	'run', '-d', "$conn application_name=hung", '--ttl', '1500ms', 'hang-job',
+	'--', "$dir/hang.sh"
+]);
+ok(wait_for_file("$dir/hang.started"), 'hung backend: CMD started');
+my $backend = sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'hung'");
+like($backend, qr/^\d+$/, "hung backend: dlock's backend");
+# Stop it between two renewals, outside any transaction (it holds no lock
+# at all then, not even its virtual transaction id): a backend stopped
+# inside a renew would keep the lease row locked, and the lease could not
+# be renewed by anyone, which is not what this part is about.
+for my $try (1 .. 100)
+{
+	kill 'STOP', $backend;
+	last if sql("SELECT count(*) FROM pg_locks WHERE pid = $backend") eq '0';
+	kill 'CONT', $backend;
+	Time::HiRes::sleep(0.05);
+}
+is(dlock_wait($h), 0, 'hung backend: exit 0, the lease was kept');
+kill 'CONT', $backend;
+is(slurp("$dir/hang.done"), "done\n", 'hung backend: CMD ran to the end');
+like($h->{stderr}, qr/could not renew it, retrying for up to \S+: the database did not answer in time/,
+	'hung backend: dlock gave up on the hung connection');
+like($h->{stderr}, qr/renewed again/, 'hung backend: and renewed on a new one');
+is(sql("SELECT token, released FROM dlock_leases WHERE lock_name = 'hang-job'"),
+	slurp("$dir/hang.started") =~ s/\n//r . '|t',
+	'hung backend: same token, released at the end');
+
 # 1. Restart during a run.
 write_script("$dir/job.sh", qq{trap 'echo TERM > $dir/job.term; exit 9' TERM
 echo "\$DLOCK_TOKEN" > $dir/job.started
 sleep 5 & wait \$!
 echo done > $dir/job.done
 });
-my $h = dlock_start([ 'run', '-d', $conn, '--ttl', '4s', 'restart-job', '--', "$dir/job.sh" ]);
+$h = dlock_start([ 'run', '-d', $conn, '--ttl', '4s', 'restart-job', '--', "$dir/job.sh" ]);
 ok(wait_for_file("$dir/job.started"), 'restart: CMD started');
 my $token = slurp("$dir/job.started") =~ s/\n//r;
 $node->restart;    # fast mode: terminates dlock's connection
