@@ -50,8 +50,12 @@ use Time::HiRes qw(time usleep);
 
 my ($pgbouncer) = grep { -x $_ }
   (map { "$_/pgbouncer" } split(/:/, $ENV{PATH} // ''), '/usr/sbin');
-BAIL_OUT('pgbouncer is not installed (test/lib/common.sh installs it)')
-  unless defined $pgbouncer;
+unless (defined $pgbouncer)
+{
+	fail('pgbouncer is installed (test/lib/common.sh installs it)');
+	done_testing();
+	exit;
+}
 
 my $node = PostgreSQL::Test::Cluster->new('pooled');
 $node->init;
