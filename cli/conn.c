@@ -126,16 +126,25 @@ notice_processor(void *arg, const char *message)
 
 /*
  * DlockConnectBlocking opens a connection and waits for it (bounded by
- * connect_timeout).  Returns the connection; the caller checks
- * PQstatus() and reports PQerrorMessage() on failure.
+ * connect_timeout).  Returns the connection, or NULL after printing
+ * libpq's message ("dlock: <message>") when it could not connect.
  */
 PGconn *
 DlockConnectBlocking(void)
 {
 	PGconn	   *conn = PQconnectdbParams(conn_keywords, conn_values, 1);
 
-	if (conn)
-		PQsetNoticeProcessor(conn, notice_processor, NULL);
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		char		msg[1024];
+
+		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
+		DlockTrim(msg);
+		DlockError("%s", msg);
+		PQfinish(conn);
+		return NULL;
+	}
+	PQsetNoticeProcessor(conn, notice_processor, NULL);
 	return conn;
 }
 

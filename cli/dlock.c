@@ -204,11 +204,9 @@ usage_error(const Command *cmd, const char *fmt,...)
 	va_list		ap;
 	int			i;
 
-	fprintf(stderr, "%s: ", dlock_progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	DlockErrorV(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
 	if (cmd)
 		fprintf(stderr, "Usage: %s\n", cmd->synopsis);
 	else
@@ -427,16 +425,8 @@ connect_or_exit(DlockLink *link)
 {
 	PGconn	   *conn = DlockConnectBlocking();
 
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		char		msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
-		DlockTrim(msg);
-		DlockError("%s", msg);
-		PQfinish(conn);
+	if (conn == NULL)
 		exit(DLOCK_EXIT_UNAVAILABLE);
-	}
 	if (!DlockLinkAdopt(link, conn))
 	{
 		DlockError("%s", link->errmsg);

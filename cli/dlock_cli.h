@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <signal.h>
+#include <stdarg.h>
 
 #include "libpq-fe.h"
 
@@ -90,6 +91,7 @@ extern const char *dlock_progname;
 extern int64_t DlockNow(void);
 extern bool DlockParseDuration(const char *text, int64_t *ms);
 extern void DlockFormatDuration(int64_t ms, char *buf, size_t len);
+extern void DlockErrorV(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 extern void DlockError(const char *fmt,...) __attribute__((format(printf, 1, 2)));
 extern void DlockTrim(char *text);
 extern const char *DlockHostname(void);

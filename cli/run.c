@@ -692,16 +692,8 @@ DlockRun(const DlockOptions *opt)
 
 	/* connect before catching signals: a Ctrl-C now just ends dlock */
 	conn = DlockConnectBlocking();
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		char		msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
-		DlockTrim(msg);
-		DlockError("%s", msg);
-		PQfinish(conn);
+	if (conn == NULL)
 		return DLOCK_EXIT_UNAVAILABLE;
-	}
 	DlockLinkInit(&r.link);
 	if (!DlockLinkAdopt(&r.link, conn))
 	{

@@ -187,19 +187,28 @@ DlockFormatDuration(int64_t ms, char *buf, size_t len)
 }
 
 /*
- * DlockError prints "dlock: <message>" and a newline on stderr.
+ * DlockErrorV prints "dlock: <message>" and a newline on stderr.
+ */
+void
+DlockErrorV(const char *fmt, va_list ap)
+{
+	fprintf(stderr, "%s: ", dlock_progname);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	fflush(stderr);
+}
+
+/*
+ * DlockError is DlockErrorV with the arguments inline.
  */
 void
 DlockError(const char *fmt,...)
 {
 	va_list		ap;
 
-	fprintf(stderr, "%s: ", dlock_progname);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	DlockErrorV(fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
-	fflush(stderr);
 }
 
 /*

@@ -31,7 +31,9 @@ SELECT dlock_release('upgrade:b', :b_token) AS b_released;
 
 -- the updated extension has exactly the objects, grants and dump
 -- configuration of a fresh install
-CREATE TEMP TABLE upgraded AS
+-- (the members with their grants and comments, and the dump configuration,
+-- of whatever dlock is installed when they are read)
+CREATE TEMP VIEW ext_members AS
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
        COALESCE(c.relacl::text, p.proacl::text) AS acl,
        COALESCE(obj_description(d.objid, d.classid::regclass::text), '') AS comment
@@ -41,28 +43,18 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
  WHERE d.refclassid = 'pg_extension'::regclass
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dlock')
    AND d.deptype = 'e';
-CREATE TEMP TABLE upgraded_config AS
+CREATE TEMP VIEW ext_config AS
 SELECT u.relid::regclass::text AS rel, u.cond
   FROM pg_extension e, unnest(e.extconfig, e.extcondition) u(relid, cond)
  WHERE e.extname = 'dlock';
+CREATE TEMP TABLE upgraded AS TABLE ext_members;
+CREATE TEMP TABLE upgraded_config AS TABLE ext_config;
 
 DROP EXTENSION dlock;
 CREATE EXTENSION dlock;
 SELECT extversion FROM pg_extension WHERE extname = 'dlock';
-CREATE TEMP TABLE fresh AS
-SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
-       COALESCE(c.relacl::text, p.proacl::text) AS acl,
-       COALESCE(obj_description(d.objid, d.classid::regclass::text), '') AS comment
-  FROM pg_depend d
-  LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
-  LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
- WHERE d.refclassid = 'pg_extension'::regclass
-   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dlock')
-   AND d.deptype = 'e';
-CREATE TEMP TABLE fresh_config AS
-SELECT u.relid::regclass::text AS rel, u.cond
-  FROM pg_extension e, unnest(e.extconfig, e.extcondition) u(relid, cond)
- WHERE e.extname = 'dlock';
+CREATE TEMP TABLE fresh AS TABLE ext_members;
+CREATE TEMP TABLE fresh_config AS TABLE ext_config;
 
 SELECT 'only after update' AS side, * FROM (TABLE upgraded EXCEPT TABLE fresh) x
 UNION ALL

@@ -13,7 +13,7 @@ use Test::More;
 # Exported by default, so their names must not clash with the subs of any
 # test file (bg_* for background sessions).
 our @EXPORT = qw(psql_error sqlstate_of fails_with lease_rows
-  bg_session bg_start bg_finish bg_close crash_lines);
+  bg_session bg_start bg_finish bg_close crash_lines to_logging_call);
 
 # psql_error($node, $sql) runs $sql on $node's postgres database with
 # VERBOSITY verbose, not stopping at an error, and returns psql's stdout
@@ -146,6 +146,32 @@ sub crash_lines
 	return grep {
 		/server process .* (?:was terminated|exited with exit code)|terminated by signal|PANIC:|TRAP:|stuck spinlock/
 	} split /\n/, $log;
+}
+
+# to_logging_call($node, $name) brings $node's token sequence to the point
+# where the next nextval() writes the sequence's WAL record (it logs 32
+# values ahead, so only every 33rd call and the first after a checkpoint
+# write one), by acquiring and releasing the scratch name $name, then
+# switches to a new WAL segment so that the few records of the next
+# acquire fill no WAL page (a full page wakes the walwriter) and stay in
+# WAL buffers until a crash.  The next acquire of $name is then a HOT
+# update of a page already written since the last checkpoint: no
+# full-page image either.  Used by the crash tests (001, 011).
+sub to_logging_call
+{
+	my ($node, $name) = @_;
+	for my $i (1 .. 40)
+	{
+		last
+		  if $node->safe_psql('postgres',
+			'SELECT log_cnt FROM dlock_token_seq') eq '0';
+		$node->safe_psql('postgres',
+			"SELECT dlock_release('$name', dlock_acquire('$name', '1 hour'))");
+	}
+	is($node->safe_psql('postgres', 'SELECT log_cnt FROM dlock_token_seq'),
+		'0', "before acquiring $name: its nextval() will write WAL");
+	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	return;
 }
 
 1;

@@ -34,6 +34,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest;
 use List::Util qw(max);
 
 my $node = PostgreSQL::Test::Cluster->new('dlock_crash');
@@ -250,32 +251,14 @@ is_deeply(\@dups, [], 'no token was ever handed out twice');
 # synchronous_commit = off, and the server crashes before anything else
 # flushes the WAL, recovery puts the sequence back and the same token is
 # handed out again, which CONTRACT §7 forbids ("Tokens never repeat ...
-# not after a crash").  dlock_acquire flushes WAL up to the sequence page's
-# LSN before it returns a token.  The rounds above never make the logging
-# call in the open transaction; these cases do so on purpose.
-#
-# to_logging_call brings the token sequence to the point where the next
-# nextval() writes a WAL record, by acquiring and releasing the scratch
-# name $name, then switches to a new WAL segment so that the few records
-# of the next acquire fill no WAL page (a full page wakes the walwriter).
-# The next acquire of $name is then a HOT update of a page already
-# written since the last checkpoint: no full-page image either.
-sub to_logging_call
-{
-	my ($name) = @_;
-	for my $i (1 .. 40)
-	{
-		last if sql('SELECT log_cnt FROM dlock_token_seq') eq '0';
-		sql("SELECT dlock_release('$name', dlock_acquire('$name', '1 hour'))");
-	}
-	is(sql('SELECT log_cnt FROM dlock_token_seq'),
-		'0', "before acquiring $name: its nextval() will write WAL");
-	sql('SELECT pg_switch_wal()');
-	return;
-}
+# not after a crash").  Without dlock preloaded (this file), dlock_acquire
+# flushes WAL up to the sequence page's LSN before it returns a token
+# (with preload, 011 proves the boot jump instead).  The rounds above
+# never make the logging call in the open transaction; these cases do so
+# on purpose, with to_logging_call (DlockTest.pm).
 
 # An uncommitted acquire whose nextval() is the one that writes WAL.
-to_logging_call('todo-open');
+to_logging_call($node, 'todo-open');
 my $bg = $node->background_psql('postgres');
 $bg->query_safe('BEGIN');
 my $lost = $bg->query_safe("SELECT dlock_acquire('todo-open', '1 hour')");
@@ -293,7 +276,7 @@ cmp_ok($next, '>', $lost,
 # its token out again is not.  (The walwriter flushes such commits within
 # wal_writer_delay, 10s here; should it get there before the crash, this
 # passes without showing anything.)
-to_logging_call('todo-async');
+to_logging_call($node, 'todo-async');
 my $async = sql(
 	"SET synchronous_commit = off; SELECT dlock_acquire('todo-async', '1 hour')");
 like($async, qr/^[0-9]+$/, 'acquire committed with synchronous_commit = off');

@@ -32,6 +32,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest;
 use List::Util qw(max);
 use Time::HiRes qw(usleep);
 
@@ -97,25 +98,8 @@ is(sql("SELECT dlock_acquire('o-3', '1 hour')", 'other'), $o + 1,
 is(sql("SELECT dlock_acquire('e-5', '1 hour')"), $t + 2,
 	'another session of the same start does not jump');
 
-# to_logging_call: as in 001, brings the sequence to the point where the
-# next nextval() writes its WAL record, then switches WAL segments so the
-# next acquire's records stay in WAL buffers until the crash.
-sub to_logging_call
-{
-	my ($name) = @_;
-	for my $i (1 .. 40)
-	{
-		last if sql('SELECT log_cnt FROM dlock_token_seq') eq '0';
-		sql("SELECT dlock_release('$name', dlock_acquire('$name', '1 hour'))");
-	}
-	is(sql('SELECT log_cnt FROM dlock_token_seq'),
-		'0', "before acquiring $name: its nextval() will write WAL");
-	sql('SELECT pg_switch_wal()');
-	return;
-}
-
 # An uncommitted acquire whose nextval() wrote the only record.
-to_logging_call('open');
+to_logging_call($node, 'open');
 my $bg = $node->background_psql('postgres');
 $bg->query_safe('BEGIN');
 my $lost = $bg->query_safe("SELECT dlock_acquire('open', '1 hour')");
@@ -127,7 +111,7 @@ my $next = jump_acquire('after-open', $lost,
 	"after a crash, above the uncommitted acquire's token");
 
 # The same with synchronous_commit = off.
-to_logging_call('async');
+to_logging_call($node, 'async');
 my $async = sql(
 	"SET synchronous_commit = off; SELECT dlock_acquire('async', '1 hour')");
 like($async, qr/^[0-9]+$/, 'acquire committed with synchronous_commit = off');
