@@ -61,7 +61,7 @@ typedef enum DlockStoreOutcome
 
 extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
 								 Oid holder, TimestampTz now,
-								 TimestampTz expires, bool isolate,
+								 TimestampTz expires,
 								 int64 *token, TimestampTz *held_until);
 extern DlockStoreOutcome DlockStoreRenew(Oid fn_oid, text *lock_name,
 										 int64 token, TimestampTz now,

@@ -306,7 +306,7 @@ acquire_attempt(void *arg, TimestampTz *held_until)
 	TimestampTz now = GetCurrentTimestamp();
 
 	return DlockStoreTryAcquire(a->fn_oid, a->lock_name, a->owner, a->holder,
-								now, lease_expiry(now, a->ttl), a->waiting,
+								now, lease_expiry(now, a->ttl),
 								&a->token, held_until);
 }
 

@@ -59,13 +59,14 @@
  *   NO KEY UPDATE, which does not conflict with the FOR KEY SHARE lock a
  *   fenced writer holds.
  *
- * - The attempts of a waiting acquire, and acquire, renew, release and
- *   break inside a transaction block, each run in a subtransaction that is
- *   kept only when they changed a lease (store_run): a failed attempt
- *   keeps no row lock and no name lock, even where READ COMMITTED rules
- *   locked a row version that then no longer qualified.  Outside a
- *   transaction block such a lock lasts only until the calling statement
- *   ends (at once for a plain SELECT dlock_acquire(...)).
+ * - A call that changes nothing keeps no lock: the takeover locks a row
+ *   version only once it has checked that its lease ended, and then always
+ *   takes it; renew, release and break lock only by updating.  So a failed
+ *   attempt of a waiting acquire, or a refused call inside a transaction
+ *   block, leaves nothing that could block the lease's holder until the
+ *   caller's transaction ends, and needs no subtransaction.  (An acquire
+ *   that finds the name has no row yet may keep dlock's name lock, see
+ *   above, only when it inserted the row.)
  *
  * - The fence trigger reads the lease of a name with a fresh snapshot and
  *   no row lock ('latest' mode), or locks it FOR KEY SHARE ('live' mode),
@@ -961,18 +962,14 @@ store_op_session(Oid fn_oid, StoreOp op, void *arg)
 /*
  * store_run runs op between store_begin and store_end and returns its
  * result.  With isolate it does so in a subtransaction of its own, kept
- * when op returns true and rolled back otherwise.  The rollback matters
- * where the caller's transaction goes on after the call: under READ
- * COMMITTED rules a row lock can outlive a failed attempt (FOR UPDATE, or
- * an UPDATE, follows a concurrently updated row to its newest version,
- * locks it, and only then finds that it no longer qualifies), and that
- * lock would block the lease's holder until the caller's transaction ends,
- * which for a waiting acquire is its whole wait.  Rolling back releases it,
- * and dlock's name lock too.  The callers isolate a waiting acquire's
- * attempts and every call made inside a transaction block; a single call
- * in autocommit mode ends its transaction at once, and a subtransaction
- * there would only cost time.  An error rolls the subtransaction back and
- * is re-thrown.
+ * when op returns true and rolled back otherwise: for an op made of SQL
+ * statements whose READ COMMITTED rules can leave a row lock behind when
+ * they change nothing (FOR UPDATE follows a concurrently updated row to
+ * its newest version, locks it, and only then finds that it no longer
+ * qualifies), which would otherwise last until the caller's transaction
+ * ends.  Only purge needs it; the direct lease operations lock nothing
+ * they do not change.  An error rolls the subtransaction back and is
+ * re-thrown.
  */
 static bool
 store_run(Oid fn_oid, StoreOp op, void *arg, bool isolate)
@@ -1067,14 +1064,12 @@ acquire_op(void *arg)
  * name, or to 0 when an open transaction is changing the name's lease (its
  * row is locked, or its first row is being inserted).  Never waits for
  * another transaction (see the protocol above); a grant keeps dlock's name
- * lock when it inserted the name's first row.  A granted token's sequence
- * WAL is flushed before this returns.  With isolate (an attempt of a
- * waiting acquire), or inside a transaction block, runs in a subtransaction
- * (store_run) so that a failed attempt keeps no lock at all.
+ * lock when it inserted the name's first row.  A granted token is safe to
+ * hand out when this returns (token.c: a boot jump, or a WAL flush).
  */
 bool
 DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
-					 TimestampTz now, TimestampTz expires, bool isolate,
+					 TimestampTz now, TimestampTz expires,
 					 int64 *token, TimestampTz *held_until)
 {
 	AcquireOp	a;
@@ -1090,7 +1085,7 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 	a.token = 0;
 	a.held_until = 0;
 
-	granted = store_run(fn_oid, acquire_op, &a, isolate || IsTransactionBlock());
+	granted = store_run(fn_oid, acquire_op, &a, false);
 	*token = a.token;
 	*held_until = a.held_until;
 	return granted;
@@ -1111,8 +1106,7 @@ change_op(void *arg)
  * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
  * otherwise whether a row exists; *holder is the row's holder role.  The
  * caller checks the role and raises if it must: the error undoes the
- * update.  Inside a transaction block, runs in a subtransaction (kept only
- * when it renewed; see store_run).
+ * update.
  */
 DlockStoreOutcome
 DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
@@ -1125,7 +1119,7 @@ DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 	c.token = token;
 	c.now = TimestampTzGetDatum(now);
 	c.expires = TimestampTzGetDatum(expires);
-	(void) store_run(fn_oid, change_op, &c, IsTransactionBlock());
+	(void) store_run(fn_oid, change_op, &c, false);
 	*holder = c.holder;
 	return c.outcome;
 }
@@ -1145,7 +1139,7 @@ DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 	c.token = token;
 	c.now = TimestampTzGetDatum(now);
 	c.expires = (Datum) 0;
-	(void) store_run(fn_oid, change_op, &c, IsTransactionBlock());
+	(void) store_run(fn_oid, change_op, &c, false);
 	*holder = c.holder;
 	return c.outcome;
 }
@@ -1153,8 +1147,7 @@ DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 /*
  * DlockStoreBreak ends whatever live lease holds lock_name, at now.
  * Returns true when there was one.  May wait for a concurrent transaction
- * that is changing the row.  Inside a transaction block, runs in a
- * subtransaction (see store_run).
+ * that is changing the row.
  */
 bool
 DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
@@ -1166,7 +1159,7 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 	c.token = 0;
 	c.now = TimestampTzGetDatum(now);
 	c.expires = (Datum) 0;
-	return store_run(fn_oid, change_op, &c, IsTransactionBlock());
+	return store_run(fn_oid, change_op, &c, false);
 }
 
 /* Arguments and result of a purge. */
