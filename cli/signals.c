@@ -17,6 +17,8 @@
  * A signal that was ignored when dlock started (nohup ignores SIGHUP, a
  * non-interactive shell ignores SIGINT and SIGQUIT for background jobs) is
  * left ignored, so CMD inherits it ignored, as it would without dlock.
+ * SIGCHLD and SIGALRM, which dlock itself needs, are caught and unblocked
+ * whatever dlock inherited; CMD gets the inherited state back.
  *
  * The child: cli/run.c blocks every signal around fork(); in the child,
  * DlockSignalsRestoreInChild() puts back the dispositions and the signal
@@ -122,7 +124,8 @@ DlockSignalsInit(void)
  * when fn is NULL the self-pipe handler.  A signal that was ignored when
  * dlock started stays ignored and the result is false; SIGCHLD and SIGALRM
  * are caught whatever their disposition was, since dlock needs them
- * (SIGCHLD with SA_NOCLDSTOP: a stopped child is not an event).
+ * (SIGCHLD with SA_NOCLDSTOP: a stopped child is not an event), and
+ * unblocked in dlock if its inherited signal mask blocked them.
  */
 bool
 DlockSignalCatch(int signo, void (*fn) (int, siginfo_t *, void *))
@@ -143,6 +146,19 @@ DlockSignalCatch(int signo, void (*fn) (int, siginfo_t *, void *))
 	if (sigaction(signo, &sa, NULL) != 0)
 		return false;
 	caught[signo] = true;
+	if (signo == SIGCHLD || signo == SIGALRM)
+	{
+		/*
+		 * Started with them blocked (the mask is inherited), dlock would
+		 * notice CMD's exit only at its next timer, and the backstop would
+		 * never fire.  CMD gets the original mask back.
+		 */
+		sigset_t	set;
+
+		sigemptyset(&set);
+		sigaddset(&set, signo);
+		sigprocmask(SIG_UNBLOCK, &set, NULL);
+	}
 	return true;
 }
 

@@ -78,6 +78,24 @@ like($direct->{stdout}, qr/^SigIgn:\s+\S+\nSigBlk:\s+\S+\n\z|^SigBlk:\s+\S+\nSig
 is($h->{stdout}, $direct->{stdout},
 	"CMD's ignored and blocked signals are the same as without dlock");
 
+# Started with SIGCHLD and SIGALRM blocked (a signal mask is inherited),
+# dlock still needs them: it must notice at once that CMD exited, not at
+# its next renew (10 s into the default 30 s ttl); CMD still gets the
+# blocked mask it would have without dlock.
+my @block = ('-MPOSIX', '-e',
+	'POSIX::sigprocmask(POSIX::SIG_BLOCK(), POSIX::SigSet->new(POSIX::SIGCHLD(), POSIX::SIGALRM())) or die; exec @ARGV or POSIX::_exit(251)'
+);
+$direct = dlock_run([ @block, @grep ], program => $^X);
+like($direct->{stdout}, qr/^SigBlk:\s+0*12000$/m,
+	'blocked SIGCHLD and SIGALRM: the mask CMD has without dlock');
+$h = dlock_run([ @block, dlock_path(), 'run', '-d', $conn, 'sigs-blocked-job', '--', @grep ],
+	program => $^X);
+is($h->{rc}, 0, 'blocked SIGCHLD and SIGALRM: exit 0');
+is($h->{stdout}, $direct->{stdout},
+	'blocked SIGCHLD and SIGALRM: CMD gets the blocked mask it has without dlock');
+cmp_ok($h->{elapsed}, '<', 5,
+	'blocked SIGCHLD and SIGALRM: dlock noticed at once that CMD exited');
+
 # --owner, and arguments of CMD that look like dlock's options.
 write_script("$dir/args.sh", qq{printf '%s\\n' "\$@" > $dir/args.out\n});
 $h = dlock_run([
