@@ -147,7 +147,7 @@ static void reap(Run *r);
 /* Backstop state, shared with the SIGALRM handler (see the header). */
 static volatile sig_atomic_t backstop_pid;
 static volatile sig_atomic_t backstop_fired;
-static int64_t backstop_deadline;
+static volatile int64_t backstop_deadline;	/* written with signals blocked */
 
 /*
  * backstop_handler is the SIGALRM handler: if the lease's deadline has
@@ -389,12 +389,22 @@ reap(Run *r)
 {
 	int			status;
 	pid_t		pid;
+	sigset_t	old;
 
 	if (r->child <= 0 || r->child_done)
 		return;
+
+	/*
+	 * With signals blocked: once waitpid() has freed CMD's pid, another
+	 * process may get it, so the backstop must not kill() it any more.
+	 */
+	DlockSignalsBlock(&old);
 	do
 		pid = waitpid(r->child, &status, WNOHANG);
 	while (pid < 0 && errno == EINTR);
+	if (pid == r->child)
+		backstop_pid = 0;
+	DlockSignalsUnblock(&old);
 	if (pid != r->child)
 		return;
 	r->child_done = true;
