@@ -54,7 +54,9 @@
  *     an acquire that waited (--wait) the deadline from the acquire's send
  *     time may already have passed although the lease was just granted:
  *     dlock then renews first and starts CMD once a renew confirms it.
- *     Losing the lease before CMD started exits 75.
+ *     Losing the lease before CMD started exits 75.  So does a database
+ *     that answers too slowly for the ttl: if MAX_STALE_RENEWS such renews
+ *     in a row still leave less than 2T/3, dlock releases the lease.
  *   - Backstop: while CMD runs, an interval timer (ITIMER_REAL, SIGALRM)
  *     is armed for the deadline.  Its handler sends CMD SIGTERM itself if
  *     the deadline has passed, so CMD is told even if the main loop were
@@ -97,6 +99,7 @@
 #define BACKOFF_MIN_MS		50
 #define BACKOFF_MAX_MS		1000
 #define ATTEMPT_MIN_MS		200
+#define MAX_STALE_RENEWS	2	/* renews before CMD that leave < 2T/3 */
 
 /* Which call is in flight on the link. */
 typedef enum Call
@@ -140,6 +143,7 @@ typedef struct Run
 	int			interrupt;		/* signal that stopped dlock without CMD */
 	bool		reported;		/* CMD's status was reported after the loss */
 	bool		wake_now;		/* SIGCHLD seen: do not sleep */
+	int			stale_renews;	/* renews before CMD, still not fresh */
 } Run;
 
 static void reap(Run *r);
@@ -485,6 +489,26 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		r->next_renew = r->sent_at + r->opt->ttl_ms / 3;
 		if (r->child > 0 && !r->child_done)
 			set_backstop(r->child, r->deadline);
+		else if (r->child == 0 && !r->releasing &&
+				 r->deadline - now < r->opt->ttl_ms - r->opt->ttl_ms / 3 &&
+				 ++r->stale_renews >= MAX_STALE_RENEWS)
+		{
+			/*
+			 * Renewed, but still too little of the ttl left to start CMD:
+			 * the database answers in more than T/3, so every further
+			 * renew would be as stale.  Give the lease back.
+			 */
+			char		took[32];
+			char		ttl[32];
+
+			DlockFormatDuration(now - r->sent_at, took, sizeof(took));
+			DlockFormatDuration(r->opt->ttl_ms, ttl, sizeof(ttl));
+			say(r, "not starting CMD: the database answers too slowly for a ttl of %s (a renew took %s; CMD starts only with 2/3 of the ttl left); releasing it, a longer --ttl helps",
+				ttl, took);
+			r->releasing = true;
+			r->child_done = true;
+			r->child_status = DLOCK_EXIT_NOT_ACQUIRED;
+		}
 	}
 	else if (call == CALL_RELEASE)
 	{

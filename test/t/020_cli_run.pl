@@ -190,6 +190,28 @@ like($h->{stderr}, qr/is the dlock extension installed in database "no_dlock"\?/
 	'extension not installed: a hint');
 ok(!-e "$dir/touched", 'extension not installed: CMD was not started');
 
+# A database that answers every call in more than a third of the ttl, but
+# in time: the acquire leaves too little of the lease to start CMD, and
+# so does every renew dlock sends first.  dlock must give up (75, CMD not
+# started) instead of renewing forever.  The wrappers in schema "slow"
+# (--schema) make acquire and renew take 0.15 s under a 400 ms ttl.
+sql(q{CREATE SCHEMA slow;
+CREATE FUNCTION slow.dlock_acquire(text, interval, interval, text) RETURNS bigint
+  LANGUAGE sql AS $$ SELECT pg_sleep(0.15); SELECT public.dlock_acquire($1, $2, $3, $4) $$;
+CREATE FUNCTION slow.dlock_renew(text, bigint, interval) RETURNS boolean
+  LANGUAGE sql AS $$ SELECT pg_sleep(0.15); SELECT public.dlock_renew($1, $2, $3) $$;
+CREATE FUNCTION slow.dlock_release(text, bigint) RETURNS boolean
+  LANGUAGE sql AS $$ SELECT public.dlock_release($1, $2) $$;});
+$h = dlock_run(
+	[ 'run', '-d', $conn, '--schema', 'slow', '--ttl', '400ms', 'slow-job', '--', "$dir/touch.sh" ],
+	timeout => 20);
+is($h->{rc}, 75, 'database too slow for the ttl: exit 75 (no endless renewing)');
+ok(!-e "$dir/touched", 'database too slow for the ttl: CMD was not started');
+# (a renew slower than 200 ms, on a busy machine, is abandoned instead:
+# the lease is then lost before CMD could start, also 75)
+like($h->{stderr}, qr/answers too slowly for a ttl of 400ms|lost before CMD could start/,
+	'database too slow for the ttl: dlock says why');
+
 # ---------------------------------------------------------------------
 # Part 2: long runs, all at once, on different names.
 # ---------------------------------------------------------------------
