@@ -478,17 +478,37 @@ handle_result(Run *r, int64_t now, PGresult *res)
 	}
 	if (call == CALL_RENEW)
 	{
+		sigset_t	old;
+		bool		late;
+
 		if (!DlockResultIsTrue(res))
 		{
 			lose(r, now, "dlock_renew returned false: the lease was broken, or it expired and was taken over", NULL);
 			return;
 		}
-		succeeded(r);
-		r->confirmed = true;
-		r->deadline = r->sent_at + r->opt->ttl_ms;
-		r->next_renew = r->sent_at + r->opt->ttl_ms / 3;
-		if (r->child > 0 && !r->child_done)
-			set_backstop(r->child, r->deadline);
+
+		/*
+		 * The answer counts only if it was read before the deadline, and
+		 * time passed since the top of the loop: read the clock again.
+		 * With signals blocked, so that the backstop (which may have sent
+		 * CMD SIGTERM already) cannot fire between this check and its
+		 * re-arming.  Once CMD is done (releasing) a late answer is
+		 * harmless: CMD ran under the lease to its end.
+		 */
+		DlockSignalsBlock(&old);
+		late = !r->releasing && (backstop_fired || DlockNow() >= r->deadline);
+		if (!late)
+		{
+			succeeded(r);
+			r->confirmed = true;
+			r->deadline = r->sent_at + r->opt->ttl_ms;
+			r->next_renew = r->sent_at + r->opt->ttl_ms / 3;
+			if (r->child > 0 && !r->child_done)
+				set_backstop(r->child, r->deadline);
+		}
+		DlockSignalsUnblock(&old);
+		if (late)
+			lose(r, now, "the renew's answer was read only after the lease's deadline (was dlock stopped, or starved of CPU?)", NULL);
 		else if (r->child == 0 && !r->releasing &&
 				 r->deadline - now < r->opt->ttl_ms - r->opt->ttl_ms / 3 &&
 				 ++r->stale_renews >= MAX_STALE_RENEWS)
