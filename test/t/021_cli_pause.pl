@@ -167,5 +167,62 @@ is(sql("SELECT token, released FROM dlock_leases WHERE lock_name = 'brief-job'")
 	"$old{brief}|t", 'brief-job: same token, released at the end');
 is($brief->{stderr}, '', 'brief-job: nothing to report');
 
+# 4. A renew in flight when dlock is stopped.  The server renews the lease
+#    and answers while dlock is stopped; dlock is resumed after the
+#    deadline counted from the acquire (sent 1 s, a third of the ttl,
+#    before the renew) but before the deadline the renew's answer would
+#    give.  An answer read after the deadline must not be trusted: dlock
+#    exits 76, CMD gets SIGTERM, and the lease is neither renewed again nor
+#    released.  The renew goes through a wrapper in schema "slow"
+#    (--schema) that waits while slow.gate has a row, so the test decides
+#    when the server answers: after dlock is stopped.
+$node->safe_psql('postgres', q{CREATE SCHEMA slow;
+CREATE TABLE slow.gate (closed bool);
+INSERT INTO slow.gate VALUES (true);
+CREATE FUNCTION slow.dlock_acquire(text, interval, interval, text) RETURNS bigint
+  LANGUAGE sql AS $$ SELECT public.dlock_acquire($1, $2, $3, $4) $$;
+CREATE FUNCTION slow.dlock_renew(n text, t bigint, ttl interval) RETURNS boolean
+  LANGUAGE plpgsql AS $$
+BEGIN
+  WHILE EXISTS (SELECT 1 FROM slow.gate) LOOP PERFORM pg_sleep(0.01); END LOOP;
+  RETURN public.dlock_renew(n, t, ttl);
+END $$;
+CREATE FUNCTION slow.dlock_release(text, bigint) RETURNS boolean
+  LANGUAGE sql AS $$ SELECT public.dlock_release($1, $2) $$;});
+write_script("$dir/inflight.sh", qq{trap 'echo TERM > $dir/inflight.term; exit 9' TERM
+echo "\$DLOCK_TOKEN" > $dir/inflight.started
+sleep 60 & wait \$!
+});
+my $inflight = dlock_start([
+	'run', '-d', conn('paused-inflight'), '--schema', 'slow', '--ttl', '3s',
+	'inflight-job', '--', "$dir/inflight.sh"
+]);
+ok(wait_for_file("$dir/inflight.started"), 'inflight-job: CMD started');
+my $renewing =
+  "FROM pg_stat_activity WHERE application_name = 'paused-inflight' AND state = 'active' AND query LIKE '%dlock_renew%'";
+$node->poll_query_until('postgres', "SELECT count(*) = 1 $renewing")
+  or die 'inflight-job: no renew started';
+my $renew_start = sql("SELECT extract(epoch FROM query_start) $renewing");
+kill 'STOP', $inflight->{pid};
+sql('DELETE FROM slow.gate');
+$node->poll_query_until('postgres', "SELECT count(*) = 0 $renewing")
+  or die 'inflight-job: the renew did not finish';
+like(sql("SELECT renewed_at > acquired_at AND live FROM dlock_leases WHERE lock_name = 'inflight-job'"),
+	qr/^t$/, 'inflight-job: the server renewed the lease while dlock was stopped');
+# the deadline from the acquire is at most 2 s after the renew was sent,
+# the one from the renew 3 s: resume half way.
+my $resume_in = $renew_start + 2.5 - Time::HiRes::time();
+Time::HiRes::sleep($resume_in) if $resume_in > 0;
+$log_offset = -s $node->logfile;
+kill 'CONT', $inflight->{pid};
+is(dlock_wait($inflight), 76, 'inflight-job: resumed past its deadline with the answer of a renew waiting: exit 76');
+is(slurp("$dir/inflight.term"), "TERM\n", 'inflight-job: its CMD got SIGTERM');
+like($inflight->{stderr}, qr/lost: /, 'inflight-job: dlock says the lease is lost');
+is(sql("SELECT released FROM dlock_leases WHERE lock_name = 'inflight-job'"),
+	'f', 'inflight-job: dlock did not release the lease');
+@sent = grep { /app=paused-inflight .*dlock_(renew|release)/ }
+  split /\n/, substr(slurp($node->logfile), $log_offset);
+is_deeply(\@sent, [], 'inflight-job: no renew or release was sent after SIGCONT');
+
 $node->stop;
 done_testing();
