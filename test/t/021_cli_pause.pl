@@ -21,6 +21,10 @@
 #      not release.
 #   3. A pause shorter than the lease's margin: dlock resumes, renews, and
 #      the run ends normally (exit 0, lease released).  No false alarm.
+# Then, alone:
+#   4. dlock stopped with a renew in flight, which the server answers (true)
+#      while dlock is stopped; resumed past the deadline: exit 76, and
+#      neither renew nor release, which the server would accept here.
 #
 # Copyright (c) 2026, the dlock authors
 
