@@ -611,6 +611,8 @@ cmd_acquire(const DlockOptions *opt)
 		snprintf(owner, sizeof(owner), "dlock acquire %s ppid %d",
 				 DlockHostname(), (int) getppid());
 	connect_or_exit(&link);
+	/* a reader gone from stdout must not kill dlock before it can release */
+	DlockSignalIgnore(SIGPIPE);
 	rc = DlockAcquireLease(&link, opt, owner, token, sizeof(token), &sent_at, &answered_at);
 	if (rc == DLOCK_EXIT_NOT_ACQUIRED)
 	{

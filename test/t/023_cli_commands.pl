@@ -97,6 +97,21 @@ $h = dl('status', 'never-acquired');
 is($h->{rc}, 1, 'status NAME of a name never acquired: exit 1');
 is($h->{stdout} =~ tr/\n//, 1, 'status NAME of a name never acquired: the header only');
 
+# A token that cannot be written is given back.  stdout is a pipe whose
+# reader is gone: dlock must not die of SIGPIPE with the lease held.
+$h = dlock_run(
+	[
+		'-e',
+		'pipe(my $r, my $w) or die; close $r; open(STDOUT, ">&", $w) or die; close $w; exec @ARGV or exit 251',
+		dlock_path(), '-d', $conn, 'acquire', 'no-reader'
+	],
+	program => $^X);
+is($h->{rc}, 70, 'acquire, stdout without a reader: exit 70');
+like($h->{stderr}, qr/^dlock: could not write the token: Broken pipe$/m,
+	'acquire, stdout without a reader: says so');
+is(sql("SELECT released, live FROM dlock_leases WHERE lock_name = 'no-reader'"),
+	't|f', 'acquire, stdout without a reader: the lease was released');
+
 # Durations
 for my $d (
 	[ '1m30s', '00:01:30' ], [ '500ms', '00:00:00.5' ], [ '2h', '02:00:00' ],
