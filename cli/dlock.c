@@ -22,6 +22,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -850,12 +851,40 @@ cmd_status(const DlockOptions *opt)
 	return DLOCK_EXIT_OK;
 }
 
+/*
+ * keep_std_fds_open makes sure that file descriptors 0, 1 and 2 are open,
+ * so that no socket or pipe of dlock's becomes one of them: started with
+ * stdout closed, dlock acquire wrote its token into the database
+ * connection (and exited 0, the lease held by a token nobody knew).  A
+ * closed one becomes /dev/null opened the wrong way round (stdin for
+ * writing, stdout and stderr for reading), so that using it still fails
+ * with EBADF, as if it were closed, in dlock and in CMD.
+ */
+static void
+keep_std_fds_open(void)
+{
+	int			fd;
+
+	for (fd = 0; fd <= 2; fd++)
+	{
+		int			nfd;
+
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		/* the lower ones are open: open() returns fd */
+		nfd = open("/dev/null", fd == 0 ? O_WRONLY : O_RDONLY);
+		if (nfd >= 0 && nfd != fd)
+			close(nfd);
+	}
+}
+
 int
 main(int argc, char **argv)
 {
 	DlockOptions opt;
 	const Command *cmd;
 
+	keep_std_fds_open();
 	memset(&opt, 0, sizeof(opt));
 	opt.ttl_ms = DLOCK_DEFAULT_TTL_MS;
 	opt.wait_ms = 0;

@@ -111,6 +111,15 @@ like($h->{stderr}, qr/^dlock: could not write the token: Broken pipe$/m,
 	'acquire, stdout without a reader: says so');
 is(sql("SELECT released, live FROM dlock_leases WHERE lock_name = 'no-reader'"),
 	't|f', 'acquire, stdout without a reader: the lease was released');
+# stdout closed: the token must not land on whatever dlock opens next (its
+# database connection).
+$h = dlock_run([ '-c', 'exec "$0" "$@" >&-', dlock_path(), '-d', $conn, 'acquire', 'closed-stdout' ],
+	program => '/bin/bash');
+is($h->{rc}, 70, 'acquire, stdout closed: exit 70');
+like($h->{stderr}, qr/^dlock: could not write the token: Bad file descriptor$/m,
+	'acquire, stdout closed: says so');
+is(sql("SELECT released, live FROM dlock_leases WHERE lock_name = 'closed-stdout'"),
+	't|f', 'acquire, stdout closed: the lease was released');
 
 # Durations
 for my $d (
