@@ -325,6 +325,7 @@ succeeded(Run *r)
 	if (r->failing && !r->releasing)
 		say(r, "renewed again");
 	r->failing = false;
+	r->link.errmsg[0] = '\0';	/* not to be reported as a later failure's */
 	r->backoff = BACKOFF_MIN_MS;
 	r->retry_at = 0;
 	r->call = CALL_NONE;
