@@ -78,6 +78,19 @@ like($direct->{stdout}, qr/^SigIgn:\s+\S+\nSigBlk:\s+\S+\n\z|^SigBlk:\s+\S+\nSig
 is($h->{stdout}, $direct->{stdout},
 	"CMD's ignored and blocked signals are the same as without dlock");
 
+# CMD inherits no file descriptor of dlock's (its database socket, the
+# self-pipe of its signal handlers): it has the same kinds of descriptors
+# open, under the same numbers, as when started directly.
+my @fds = ('/bin/bash', '-c',
+	'for f in /proc/$$/fd/*; do l=$(readlink "$f"); case $l in socket:*|pipe:*|anon_inode:*) l=${l%%:*};; *) l=file;; esac; echo "${f##*/} $l"; done'
+);
+$direct = dlock_run([ @fds[1..2] ], program => $fds[0]);
+like($direct->{stdout}, qr/^0 file\n/, 'descriptors: listed');
+$h = dlock_run([ 'run', '-d', $conn, 'fds-job', '--', @fds ]);
+is($h->{rc}, 0, 'descriptors: exit 0');
+is($h->{stdout}, $direct->{stdout},
+	"CMD has the open descriptors it has without dlock (no socket or pipe of dlock's)");
+
 # Started with SIGCHLD and SIGALRM blocked (a signal mask is inherited),
 # dlock still needs them: it must notice at once that CMD exited, not at
 # its next renew (10 s into the default 30 s ttl); CMD still gets the
