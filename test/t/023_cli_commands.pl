@@ -132,7 +132,8 @@ for my $d (
 	is(sql("SELECT expires_at - acquired_at FROM dlock_leases WHERE lock_name = 'dur-$text'"),
 		$interval, "duration $text is $interval");
 }
-for my $bad ('', '10x', '-1s', '1 s', 's', '1.s5', '5ms3', '99999999999s')
+for my $bad ('', '10x', '-1s', '1 s', 's', '1.s5', '5ms3', '99999999999s', '1e99s',
+	'999999999999d', '99999999999999999999ms', '0.0001s', '24855d1d')
 {
 	$h = dl('acquire', '--ttl', $bad, 'dur-bad');
 	is($h->{rc}, 64, "duration \"$bad\" rejected: exit 64");
