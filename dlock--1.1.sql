@@ -168,3 +168,18 @@ COMMENT ON FUNCTION @extschema@.dlock_purge(pg_catalog.interval) IS
     'dlock: delete the rows of leases that ended more than older_than ago (for operators); returns how many';
 
 REVOKE EXECUTE ON FUNCTION @extschema@.dlock_purge(pg_catalog.interval) FROM PUBLIC;
+
+/*
+ * Record in dlock_token_origin that this server issues the tokens of the
+ * new sequence (src/token.c); without that the first grant would jump the
+ * sequence, as it must wherever the issuer is unknown.  The function is
+ * needed only here.
+ */
+CREATE FUNCTION @extschema@.dlock_token_init()
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'dlock_token_init'
+LANGUAGE C VOLATILE STRICT;
+
+SELECT @extschema@.dlock_token_init();
+
+DROP FUNCTION @extschema@.dlock_token_init();

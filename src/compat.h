@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "access/tableam.h"
+#include "executor/executor.h"
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
@@ -58,9 +59,14 @@
 #if PG_VERSION_NUM >= 160000
 typedef TU_UpdateIndexes DlockUpdateIndexes;
 #define DlockNeedsIndexInsert(u)	((u) != TU_None)
+#define DlockInsertIndexTuples(rri, slot, estate, u) \
+	((void) ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL, \
+								  (u) == TU_Summarizing))
 #else
 typedef bool DlockUpdateIndexes;
 #define DlockNeedsIndexInsert(u)	(u)
+#define DlockInsertIndexTuples(rri, slot, estate, u) \
+	((void) ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL))
 #endif
 
 #endif							/* DLOCK_COMPAT_H */

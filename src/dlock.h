@@ -71,6 +71,7 @@ extern DlockStoreOutcome DlockStoreRelease(Oid fn_oid, text *lock_name,
 										   Oid *holder);
 extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now);
 extern int64 DlockStorePurge(Oid fn_oid, TimestampTz cutoff);
+extern void DlockStoreTokenInit(Oid fn_oid);
 
 /* The lease behind a fenced write, as the fence trigger sees it. */
 typedef struct DlockFenceLease
@@ -88,6 +89,7 @@ extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
 extern bool DlockTokenNeedsFlush(void);
 extern void DlockTokenForget(void);
+extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024

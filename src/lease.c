@@ -48,6 +48,7 @@ PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_break);
 PG_FUNCTION_INFO_V1(dlock_purge);
+PG_FUNCTION_INFO_V1(dlock_token_init);
 
 /*
  * check_writable raises 25006 when leases cannot be changed here: on a hot
@@ -470,4 +471,18 @@ dlock_purge(PG_FUNCTION_ARGS)
 													 TimestampTzGetDatum(now),
 													 IntervalPGetDatum(older_than)));
 	PG_RETURN_INT64(DlockStorePurge(fcinfo->flinfo->fn_oid, cutoff));
+}
+
+/*
+ * dlock_token_init() records that this server issues the tokens of a newly
+ * created extension (token.c).  Called once by the install script, which
+ * then drops the SQL function; raises 55000 if the token state was already
+ * used.
+ */
+Datum
+dlock_token_init(PG_FUNCTION_ARGS)
+{
+	check_writable("dlock_token_init");
+	DlockStoreTokenInit(fcinfo->flinfo->fn_oid);
+	PG_RETURN_VOID();
 }

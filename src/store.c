@@ -2,9 +2,9 @@
  *
  * src/store.c
  *	  All access to the lease table (dlock_lease) and the token sequence
- *	  (dlock_token_seq).
+ *	  (dlock_token_seq); token.c, called from here, owns the token jumps.
  *
- The hot paths (taking over an ended lease, renew, release, break, and the
+ * The hot paths (taking over an ended lease, renew, release, break, and the
  * 'latest' fence's read) access the table directly: a lookup in the
  * primary key index with a fresh snapshot (GetLatestSnapshot), then
  * table_tuple_lock / table_tuple_update on the version read, with the
@@ -114,6 +114,7 @@
 #include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "executor/spi.h"
+#include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
@@ -122,6 +123,7 @@
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
+#include "utils/relcache.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -546,7 +548,6 @@ typedef struct AcquireOp
 	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
 } AcquireOp;
 
-/* Arguments and results of a renew, release or break. */
 /* What a ChangeOp does. */
 typedef enum ChangeKind
 {
@@ -555,6 +556,7 @@ typedef enum ChangeKind
 	CHANGE_BREAK
 } ChangeKind;
 
+/* Arguments and results of a renew, release or break. */
 typedef struct ChangeOp
 {
 	ChangeKind	kind;
@@ -639,15 +641,34 @@ bad:
 }
 
 /*
- * lease_open opens the lease table and its primary key for a direct
- * operation, with RowExclusiveLock (kept until the transaction ends, as a
- * statement's would be).  Run direct operations through lease_run.
+ * lease_open opens the lease table and its primary key (as the relcache
+ * knows it now: REINDEX CONCURRENTLY replaces it) for a direct operation,
+ * with RowExclusiveLock (kept until the transaction ends, as a statement's
+ * would be).  Raises if the table has what direct access would bypass: a
+ * trigger, a CHECK constraint or forced row security (none of dlock's own
+ * making; only a superuser could add them).
  */
 static void
 lease_open(LeaseAccess *la)
 {
+	Oid			pkey;
+
 	la->rel = table_open(store_cache.leaserelid, RowExclusiveLock);
-	la->idx = index_open(store_cache.pkeyid, RowExclusiveLock);
+	if (la->rel->trigdesc != NULL ||
+		(la->rel->rd_att->constr != NULL && la->rel->rd_att->constr->num_check > 0) ||
+		la->rel->rd_rel->relforcerowsecurity)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has triggers, check constraints or forced row security"),
+				 errdetail("dlock changes its lease table directly, without firing triggers or checking such rules."),
+				 errhint("Remove what was added to the table dlock_lease.")));
+	pkey = RelationGetPrimaryKeyIndex(la->rel);
+	if (!OidIsValid(pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table index of extension \"dlock\" is missing"),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+	la->idx = index_open(pkey, RowExclusiveLock);
 	la->slot = table_slot_create(la->rel, NULL);
 	la->newslot = MakeSingleTupleTableSlot(RelationGetDescr(la->rel),
 										   &TTSOpsVirtual);
@@ -719,6 +740,28 @@ lease_row_live(LeaseRow *row, TimestampTz now)
 }
 
 /*
+ * lease_insert_index_entries adds the entries of the new version in
+ * la->newslot to every index of the lease table that takes inserts (an
+ * update that was not HOT needs them): the primary key, and any index a
+ * DBA added or REINDEX CONCURRENTLY is building.  Uses the executor's own
+ * routine, with its unique checks, so expression and partial indexes are
+ * handled as an UPDATE statement would.  Rare: HOT updates need none.
+ */
+static void
+lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
+{
+	EState	   *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+
+	/* no range table entry: the executor then assumes no updated columns */
+	InitResultRelInfo(rri, la->rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	DlockInsertIndexTuples(rri, la->newslot, estate, update_indexes);
+	ExecCloseIndices(rri);
+	FreeExecutorState(estate);
+}
+
+/*
  * lease_write replaces the version at row->tid with row's values (already
  * changed by the caller), waiting for a concurrent transaction that holds
  * a conflicting lock or changed it.  Returns TM_Ok when it wrote, or
@@ -760,14 +803,7 @@ lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
 	}
 
 	if (DlockNeedsIndexInsert(update_indexes))
-	{
-		IndexInfo  *ii = BuildIndexInfo(la->idx);
-		Datum		key = row->values[ATT_LOCK_NAME - 1];
-		bool		keynull = false;
-
-		(void) index_insert(la->idx, &key, &keynull, &la->newslot->tts_tid,
-							la->rel, UNIQUE_CHECK_YES, true, ii);
-	}
+		lease_insert_index_entries(la, update_indexes);
 	CommandCounterIncrement();
 	return TM_Ok;
 }
@@ -1217,6 +1253,25 @@ DlockStorePurge(Oid fn_oid, TimestampTz cutoff)
 	return p.deleted;
 }
 
+/* A StoreOp: DlockTokenInit on the cached sequences. */
+static bool
+token_init_op(void *arg)
+{
+	DlockTokenInit(store_cache.seqrelid, store_cache.originrelid);
+	return true;
+}
+
+/*
+ * DlockStoreTokenInit records, as the extension's owner, that this server
+ * issues the tokens of the extension whose SQL function fn_oid is (see
+ * DlockTokenInit).
+ */
+void
+DlockStoreTokenInit(Oid fn_oid)
+{
+	(void) store_run(fn_oid, token_init_op, NULL, false);
+}
+
 /*
  * fence_read_direct reads the lease of lock_name into *lease straight from
  * the primary key index and the heap, with a fresh snapshot and no row
@@ -1228,11 +1283,21 @@ static void
 fence_read_direct(text *lock_name, DlockFenceLease *lease)
 {
 	Relation	rel = table_open(store_cache.leaserelid, AccessShareLock);
-	Relation	idx = index_open(store_cache.pkeyid, AccessShareLock);
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Oid			pkey = RelationGetPrimaryKeyIndex(rel);
+	Relation	idx;
+	Snapshot	snap;
+	TupleTableSlot *slot;
 	IndexScanDesc scan;
 	ScanKeyData key;
+
+	if (!OidIsValid(pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table index of extension \"dlock\" is missing"),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+	idx = index_open(pkey, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
 
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));

@@ -27,19 +27,24 @@
  * - The origin: dlock_token_origin (a sequence used as a durable register,
  *   because sequences are non-transactional and WAL-logged) holds a 63-bit
  *   hash of the identity of the server and database that last issued
- *   tokens: system identifier, timeline, database OID.  When the identity
- *   differs (after a promotion the timeline does; after a restore into
- *   another cluster or database the system identifier or the database OID
- *   does), the sequence jumps.  The promoted standby's tokens are then
+ *   tokens: system identifier, timeline, database OID and the token
+ *   sequence's OID.  CREATE EXTENSION records it (DlockTokenInit).  When
+ *   the identity differs (after a promotion the timeline does; a restore,
+ *   even in place, recreates the sequence; a restore into another cluster
+ *   or database also changes the system identifier or the database OID),
+ *   or the register was never set (an update from 1.0), the sequence
+ *   jumps, whatever state it reads as: a standby may have replayed the
+ *   extension's creation and none of the grants.  The promoted standby's tokens are then
  *   above every token of the old primary, and of any other standby
  *   promoted before it from the same history, as long as the servers'
  *   clocks agree to better than the time the failover took.
  *
  * - The boot jump (only with shared_preload_libraries = 'dlock'): at the
  *   first grant of each server start (crash restarts included), in each
- *   database.  Every token lost with the crash's unflushed WAL was handed
- *   out before the crash, so before the restart by the clock: the jump
- *   lands above it, and grants need not flush WAL themselves.  Shared
+ *   database (unless CREATE EXTENSION ran in this start).  Every token lost
+ *   with the crash's unflushed WAL was handed out before the crash, so
+ *   before the restart by the clock: the jump lands above it, and grants
+ *   need not flush WAL themselves.  Shared
  *   memory records, per server start, the databases whose jump is done
  *   (DlockShared.boot_dbs).  Without preload, or when that table is full,
  *   there is no boot jump and store.c flushes the sequence's WAL before
@@ -50,8 +55,8 @@
  * fresh install counts from 1 until its first jump; tokens stay below
  * 2^53 (exact in a double) until the year 2285.
  *
- * A jump is setval() on the sequence (non-transactional, WAL-logged)
- * followed by an XLogFlush of that record, before any token of the new
+ * A jump is setval(..., is_called => true) on the sequence
+ * (non-transactional, WAL-logged) followed by an XLogFlush of that record, before any token of the new
  * range is handed out, and only then is the origin updated: a crash in
  * between leaves the old origin, and the next server jumps once more.
  * Jumps only ever move the sequence forward.
@@ -98,22 +103,25 @@ static struct
 
 /*
  * token_identity returns the 63-bit hash of the identity that issues
- * tokens here: system identifier, timeline and database.
+ * tokens here: system identifier, timeline, database and the token
+ * sequence itself (a restore, even in place, recreates it with a new OID).
  */
 static int64
-token_identity(TimeLineID tli)
+token_identity(TimeLineID tli, Oid seqrelid)
 {
 	struct
 	{
 		uint64		sysid;
 		uint32		tli;
 		Oid			dbid;
+		Oid			seqrelid;
 	}			id;
 
 	memset(&id, 0, sizeof(id));
 	id.sysid = GetSystemIdentifier();
 	id.tli = tli;
 	id.dbid = MyDatabaseId;
+	id.seqrelid = seqrelid;
 	return (int64) (hash_bytes_extended((const unsigned char *) &id,
 										sizeof(id), 0) & PG_INT64_MAX);
 }
@@ -121,7 +129,8 @@ token_identity(TimeLineID tli)
 /*
  * seq_last_value returns the last value of sequence seqrelid, or -1 when
  * it was never called (or reset).  Takes the locks pg_sequence_last_value
- * takes: AccessShareLock on the sequence and a share lock on its buffer.
+ * takes (those of nextval's lookup of the sequence, and a share lock on
+ * its buffer).
  */
 static int64
 seq_last_value(Oid seqrelid)
@@ -139,15 +148,16 @@ seq_last_value(Oid seqrelid)
 }
 
 /*
- * seq_set_durably sets sequence seqrelid so that its next value is next
- * (is_called false) or its last value is value (is_called true), and
- * flushes the WAL record to disk before returning.
+ * seq_set_durably sets the last value of sequence seqrelid to value
+ * (is_called true: its next value is value + 1) and flushes the WAL record
+ * to disk before returning.  Leaving the sequence "called" matters: a
+ * sequence that was never called reads as having handed out nothing.
  */
 static void
-seq_set_durably(Oid seqrelid, int64 value, bool is_called)
+seq_set_durably(Oid seqrelid, int64 value)
 {
 	DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seqrelid),
-						Int64GetDatum(value), BoolGetDatum(is_called));
+						Int64GetDatum(value), BoolGetDatum(true));
 	XLogFlush(XactLastRecEnd);
 }
 
@@ -210,6 +220,20 @@ boot_state(bool record)
 }
 
 /*
+ * token_jump moves the token sequence seqrelid, durably, to next_jump() of
+ * its last value (taken as 0 when the sequence reads as never called: a
+ * crash may have lost the WAL of its first grants, so that proves
+ * nothing).  Called under the token lock.
+ */
+static void
+token_jump(Oid seqrelid)
+{
+	int64		last = seq_last_value(seqrelid);
+
+	seq_set_durably(seqrelid, next_jump(Max(last, 0)) - 1);
+}
+
+/*
  * token_jump_locked does the checks and jumps of DlockTokenPrepare under
  * the token lock and returns whether the boot jump covers this database.
  * A jump is made durable before it is recorded anywhere.
@@ -218,22 +242,19 @@ static bool
 token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 {
 	int64		origin = seq_last_value(originrelid);
-	int64		last = seq_last_value(seqrelid);
 	BootState	boot = DlockShmem != NULL ? boot_state(false) : BOOT_NO_ROOM;
 
 	if (origin != identity)
 	{
-		/* Another issuer (or an unknown one) may have gone further. */
-		if (last >= 0)
-			seq_set_durably(seqrelid, next_jump(last), false);
-		seq_set_durably(originrelid, identity, true);
+		/*
+		 * Another issuer (or an unknown one: the register was never set,
+		 * as after an update from 1.0) may have gone further.
+		 */
+		token_jump(seqrelid);
+		seq_set_durably(originrelid, identity);
 	}
 	else if (boot == BOOT_TODO)
-	{
-		/* The first grant of this server start in this database. */
-		if (last >= 0)
-			seq_set_durably(seqrelid, next_jump(last), false);
-	}
+		token_jump(seqrelid);	/* the first grant of this server start */
 	else
 		return boot == BOOT_DONE;
 
@@ -274,7 +295,7 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
 	PG_TRY();
 	{
 		boot_done = token_jump_locked(seqrelid, originrelid,
-									  token_identity(tli));
+									  token_identity(tli, seqrelid));
 	}
 	PG_FINALLY();
 	{
@@ -307,4 +328,29 @@ void
 DlockTokenForget(void)
 {
 	token_state.checked = false;
+}
+
+/*
+ * DlockTokenInit records, when the extension is created, that this server
+ * issues the tokens of the new sequence seqrelid: it sets the register
+ * originrelid to this server's identity (and, with preload, records this
+ * start's boot jump as done for the database, since nothing was issued
+ * before), so that a fresh install counts from 1.  Without it the first
+ * grant would find the register unset and jump.  Raises unless both
+ * sequences are new (never called): anything else could skip a jump that
+ * is needed.  Must run as their owner, on a primary.
+ */
+void
+DlockTokenInit(Oid seqrelid, Oid originrelid)
+{
+	if (seq_last_value(seqrelid) >= 0 || seq_last_value(originrelid) >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the token state of extension \"dlock\" is already initialized"),
+				 errdetail("Only CREATE EXTENSION dlock initializes it.")));
+	seq_set_durably(originrelid,
+					token_identity(GetWALInsertionTimeLine(), seqrelid));
+	if (DlockShmem != NULL)
+		(void) boot_state(true);
+	DlockTokenForget();
 }
