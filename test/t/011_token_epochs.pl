@@ -160,5 +160,59 @@ cmp_ok($next, '>', $max_handed,
 	"after a crash under load with synchronous_commit = off: token $next is "
 	  . "greater than all " . scalar(@handed) . " tokens handed out ($max_handed)");
 
+# The first grant after a jump, lost in a crash.  The jump leaves the
+# sequence "called" at the value before the new range, so the recovered
+# sequence still reads as having handed out tokens, and the next start
+# jumps again.  (Had the jump left it "not called", the lost first token
+# would be handed out again.)
+$node->restart;
+$bg = $node->background_psql('postgres');
+$bg->query_safe('BEGIN');
+my $first_lost = $bg->query_safe("SELECT dlock_acquire('first-after-jump', '1 hour')");
+like($first_lost, qr/^[0-9]+$/, 'the first grant after a restart (uncommitted)');
+$node->stop('immediate');
+$bg->quit;
+$node->start;
+$next = sql("SELECT dlock_acquire('after-first-lost', '1 hour')");
+cmp_ok($next, '>', $first_lost,
+	"after a crash that lost the first grant of a start: token $next is "
+	  . "greater than it ($first_lost)");
+
+# The very first token of a fresh install, committed with
+# synchronous_commit = off and lost in a crash: the sequence comes back as
+# never called, which proves nothing, and the next start jumps anyway.
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION dlock');
+my $one = sql(
+	"SET synchronous_commit = off; SELECT dlock_acquire('a', '1 hour')", 'fresh');
+is($one, '1', 'a fresh install hands out 1 first');
+$node->stop('immediate');
+$node->start;
+$next = sql("SELECT dlock_acquire('b', '1 hour')", 'fresh');
+cmp_ok($next, '>', 1,
+	"after a crash that may have lost token 1: token $next is greater than 1");
+
+# A restore in place of the original (pg_restore --clean into the same
+# database): the system, timeline and database are the same, but the
+# token sequence is recreated, so the identity differs and the restored
+# database jumps above the tokens the source issued after the dump.
+my $dump = $node->basedir . '/fresh.dump';
+$node->command_ok(
+	[ 'pg_dump', '-Fc', '-f', $dump, '-d', $node->connstr('fresh') ],
+	'pg_dump of the database');
+my @after_dump = map { sql("SELECT dlock_acquire('c$_', '1 hour')", 'fresh') } 1 .. 3;
+$node->command_ok(
+	[
+		'pg_restore', '--clean', '--if-exists', '-d', $node->connstr('fresh'),
+		$dump
+	],
+	'pg_restore --clean into the same database');
+is(sql("SELECT count(*) FROM dlock_leases WHERE lock_name LIKE 'c%'", 'fresh'),
+	'0', 'the restore brought back the state of the dump');
+$next = sql("SELECT dlock_acquire('d', '1 hour')", 'fresh');
+cmp_ok($next, '>', max(@after_dump),
+	"after an in-place restore: token $next is greater than every token "
+	  . "issued after the dump (" . join(', ', @after_dump) . ")");
+
 $node->stop;
 done_testing();
