@@ -27,7 +27,8 @@
  *      sent (si_code SI_KERNEL: the terminal), which reached CMD already
  *      through the process group;
  *   4. advance the connection: the answer of a renew or release, a
- *      finished reconnect, a failure;
+ *      finished reconnect, a failure (a renew's answer is taken only if
+ *      the clock, read again, is still before the deadline);
  *   5. decide: start CMD, stop it, send the next renew or the release,
  *      reconnect, exit.
  *
