@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * src/token.c
- *	  Token epochs: keeping fencing tokens increasing across crash,
+ *	  Token jumps: keeping fencing tokens increasing across crash,
  *	  failover and restore.  Part of the store layer; store.c calls it,
  *	  as the extension's owner, before it draws a token.
  *
@@ -34,19 +34,18 @@
  *   or database also changes the system identifier or the database OID),
  *   or the register was never set (an update from 1.0), the sequence
  *   jumps, whatever state it reads as: a standby may have replayed the
- *   extension's creation and none of the grants.  The promoted standby's tokens are then
- *   above every token of the old primary, and of any other standby
- *   promoted before it from the same history, as long as the servers'
- *   clocks agree to better than the time the failover took.
+ *   extension's creation and none of the grants.  The promoted standby's
+ *   tokens are then above every token of the old primary, and of any
+ *   other standby promoted before it from the same history, as long as
+ *   the servers' clocks agree to better than the time the failover took.
  *
  * - The boot jump (only with shared_preload_libraries = 'dlock'): at the
  *   first grant of each server start (crash restarts included), in each
  *   database (unless CREATE EXTENSION ran in this start).  Every token lost
  *   with the crash's unflushed WAL was handed out before the crash, so
  *   before the restart by the clock: the jump lands above it, and grants
- *   need not flush WAL themselves.  Shared
- *   memory records, per server start, the databases whose jump is done
- *   (DlockShared.boot_dbs).  Without preload, or when that table is full,
+ *   need not flush WAL themselves.  Shared memory records, per server
+ *   start, the databases whose jump is done (DlockShared.boot_dbs).  Without preload, or when that table is full,
  *   there is no boot jump and store.c flushes the sequence's WAL before
  *   handing out each token, which needs no clock at all.
  *
@@ -56,10 +55,12 @@
  * 2^53 (exact in a double) until the year 2285.
  *
  * A jump is setval(..., is_called => true) on the sequence
- * (non-transactional, WAL-logged) followed by an XLogFlush of that record, before any token of the new
- * range is handed out, and only then is the origin updated: a crash in
- * between leaves the old origin, and the next server jumps once more.
- * Jumps only ever move the sequence forward.
+ * (non-transactional, WAL-logged) followed by an XLogFlush of that record,
+ * before any token of the new range is handed out, and only then is the
+ * origin updated: a crash in between leaves the old origin, and the next
+ * server jumps once more.  Jumps only ever move the sequence forward: the
+ * target is above its last value, and no other backend draws a token
+ * between the read and the setval (see below).
  *
  * Concurrency: a backend that finds the origin or the boot jump not done
  * takes dlock's token lock for its database (a session-level advisory lock
@@ -68,9 +69,12 @@
  * shared boot_dbs table is read and written under DlockShmem->lock
  * (exclusive to add a database).  A backend caches that its identity was
  * checked, for its current timeline; a promotion changes the timeline and
- * so forces a check.  nextval() is not serialized with a jump: a jump runs
- * before the first grant of its kind in each backend, and a backend that
- * granted earlier in the same server life and identity needs none.
+ * so forces a check.  nextval() is not serialized with a jump, and need
+ * not be: a backend draws tokens only after its own check found the
+ * identity recorded and this start's boot jump done (or not possible), and
+ * both are recorded only after the jump; backends of an earlier identity
+ * could not draw any (a standby is read-only; a restore drops the old
+ * sequence).
  *
  * Copyright (c) 2026, the dlock authors
  *
