@@ -74,7 +74,8 @@
  * identity recorded and this start's boot jump done (or not possible), and
  * both are recorded only after the jump; backends of an earlier identity
  * could not draw any (a standby is read-only; a restore drops the old
- * sequence).
+ * sequence), and a call still running on 1.0's SQL while the update to 1.1
+ * commits draws values far below the clock reading a jump moves to.
  *
  * Copyright (c) 2026, the dlock authors
  *
