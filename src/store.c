@@ -577,8 +577,11 @@ typedef struct ChangeOp
  * read, FOR UPDATE SKIP LOCKED for a takeover, NO KEY UPDATE (waiting) for
  * renew, release and break, and READ COMMITTED rules when the row was
  * changed concurrently (read its newest version again and recheck).  The
- * primary key is the table's only index; an update that is not HOT gets
- * its index entry here, with the unique check the executor would make.
+ * primary key comes from the relcache at each operation (REINDEX
+ * CONCURRENTLY replaces it); an update that is not HOT gets its entries in
+ * every index through the executor's own routine, unique checks included.
+ * What direct access would bypass (triggers, CHECK constraints, forced
+ * row security: none of dlock's making) makes the operations refuse.
  */
 
 /* The lease table's columns (checked against the catalog: lease_check_desc) */
