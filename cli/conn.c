@@ -12,15 +12,22 @@
  * the work that is ready without ever waiting (PQconnectPoll, PQflush,
  * PQconsumeInput; the connection is in non-blocking mode).  So a database
  * that hangs can never block the caller: cli/run.c bounds every attempt by
- * the lease's local deadline.  The one blocking call is the first
- * connection (PQconnectdbParams), made before any lease is held, and the
- * cancel request DlockLinkCancel() sends while a one-shot command waits.
+ * the lease's local deadline, and DlockLinkExec() (one-shot commands and
+ * the acquire of dlock run) by --timeout.  The one blocking call is the
+ * first connection (PQconnectdbParams, bounded by connect_timeout), made
+ * before any lease is held.  The cancel request DlockLinkCancel() sends
+ * (after a signal, or when --timeout ran out) is blocking in libpq 15
+ * (PQcancel, no time limit of its own), so a child process sends it, and
+ * dlock waits for that child for a bounded time only.
  *
  * Every call passes its arguments as parameters (PQsendQueryParams): no
  * SQL text is ever built from user input.  The only text spliced into SQL
  * is --schema, quoted as an identifier.
  *
- * Concurrency: none; the caller's single thread owns the link.
+ * Concurrency: none; the caller's single thread owns the link.  The cancel
+ * helper shares nothing with dlock but the pipe it reports through; dlock
+ * kills it (SIGKILL) if it runs past its bound and always reaps it before
+ * going on, so it never outlives the call (nor dlock, on Linux).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -32,6 +39,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "dlock_cli.h"
 
@@ -44,6 +57,9 @@ static const char *schema_prefix = "";
 
 /* How long a cancelled query may take to answer before it is abandoned. */
 #define CANCEL_GRACE_MS 10000
+
+/* The longest wait for the server to take a cancel request. */
+#define CANCEL_MAX_MS 5000
 
 /*
  * quote_ident returns name quoted as an SQL identifier: in double quotes,
@@ -439,52 +455,201 @@ DlockLinkClose(DlockLink *link)
 }
 
 /*
- * DlockLinkCancel asks the server to cancel the query in flight (a
- * blocking request on a separate connection).  Failures are ignored: the
- * caller keeps waiting for the answer for a bounded time.
+ * DlockLinkCancel asks the server to cancel the query in flight, waiting
+ * at most bound_ms for the request to be taken, and writes what became of
+ * it into outcome, as a clause ("the call was cancelled on the server",
+ * ...).  Returns true when the server took the request.
+ *
+ * PQcancel opens a connection of its own and waits until the server
+ * closes it, with no time limit (libpq 15 has no non-blocking cancel): a
+ * stopped server, or a network that drops packets, would hold it for
+ * minutes or for ever.  So a child process calls it and reports through a
+ * pipe; a child still busy at the bound is killed.  Either way it is
+ * reaped before this returns.  The child has dlock's original signal
+ * dispositions and mask (a terminal's Ctrl-C ends it as it would end
+ * dlock) and, on Linux, dies with dlock.
  */
-void
-DlockLinkCancel(DlockLink *link)
+bool
+DlockLinkCancel(DlockLink *link, int64_t bound_ms, char *outcome, size_t len)
 {
 	PGcancel   *cancel;
-	char		errbuf[256];
+	int			fds[2];
+	sigset_t	old;
+	pid_t		parent = getpid();
+	pid_t		pid;
+	char		reply[256];
+	size_t		got = 0;
+	bool		finished = false;
+	int64_t		end;
+	int			status;
+	char		bound[32];
 
 	if (link->conn == NULL || link->state != DLOCK_LINK_BUSY)
-		return;
+	{
+		snprintf(outcome, len, "no call was in flight");
+		return false;
+	}
 	cancel = PQgetCancel(link->conn);
 	if (cancel == NULL)
-		return;
-	(void) PQcancel(cancel, errbuf, sizeof(errbuf));
+	{
+		snprintf(outcome, len, "the call could not be cancelled (libpq gave no cancel key): it may still be running on the server");
+		return false;
+	}
+	if (pipe(fds) != 0)
+	{
+		snprintf(outcome, len, "the call could not be cancelled (pipe: %s): it may still be running on the server",
+				 strerror(errno));
+		PQfreeCancel(cancel);
+		return false;
+	}
+	fflush(stdout);
+	fflush(stderr);
+	DlockSignalsBlock(&old);
+	pid = fork();
+	if (pid == 0)
+	{
+		char		msg[sizeof(reply)];
+		ssize_t		rc;
+
+#ifdef __linux__
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
+#endif
+		(void) parent;
+		DlockSignalsRestoreInChild();
+		close(fds[0]);
+		/* the reply: "1", or "0" and libpq's message */
+		msg[0] = '0';
+		msg[1] = '\0';
+		if (PQcancel(cancel, msg + 1, sizeof(msg) - 1))
+			msg[0] = '1';
+		rc = write(fds[1], msg, strlen(msg));
+		(void) rc;
+		_exit(0);
+	}
+	DlockSignalsUnblock(&old);
+	close(fds[1]);
+	if (pid < 0)
+	{
+		snprintf(outcome, len, "the call could not be cancelled (fork: %s): it may still be running on the server",
+				 strerror(errno));
+		close(fds[0]);
+		PQfreeCancel(cancel);
+		return false;
+	}
+
+	end = DlockNow() + bound_ms;
+	for (;;)
+	{
+		struct pollfd pfd;
+		int64_t		left = end - DlockNow();
+		ssize_t		n;
+
+		if (left <= 0)
+			break;
+		pfd.fd = fds[0];
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		if (poll(&pfd, 1, left > 60000 ? 60000 : (int) left) <= 0)
+			continue;			/* EINTR, or time to look at the clock */
+		n = read(fds[0], reply + got, sizeof(reply) - 1 - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || got + n >= sizeof(reply) - 1)
+		{
+			/* end of file: the child is done */
+			if (n > 0)
+				got += n;
+			finished = true;
+			break;
+		}
+		got += n;
+	}
+	reply[got] = '\0';
+	if (!finished)
+		kill(pid, SIGKILL);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	close(fds[0]);
 	PQfreeCancel(cancel);
+
+	DlockTrim(reply);
+	DlockFormatDuration(bound_ms, bound, sizeof(bound));
+	if (!finished)
+		snprintf(outcome, len, "the server did not take the cancel request within %s: the call may still be running there",
+				 bound);
+	else if (reply[0] == '1')
+	{
+		snprintf(outcome, len, "the call was cancelled on the server");
+		return true;
+	}
+	else if (reply[0] == '0')
+		snprintf(outcome, len, "the cancel request failed (%s): the call may still be running on the server",
+				 reply[1] ? reply + 1 : "unknown error");
+	else
+		snprintf(outcome, len, "the cancel request was not sent (its process ended early): the call may still be running on the server");
+	return false;
 }
 
 /*
  * DlockLinkExec sends a query on an idle link and waits for its result
- * (for one-shot commands and the acquire of dlock run).  While it waits,
- * SIGINT, SIGTERM, SIGHUP or SIGQUIT cancels the query: the first such
- * signal's number is stored in *signo, and the result (a cancellation
- * error, or the query's own result if it finished first) is still
- * awaited, for at most CANCEL_GRACE_MS.  Returns the result, or NULL when
- * the connection failed (the reason is in link->errmsg).
+ * (for one-shot commands and the acquire of dlock run), for at most
+ * timeout_ms.  While it waits, SIGINT, SIGTERM, SIGHUP or SIGQUIT cancels
+ * the query: the first such signal's number is stored in *signo, and the
+ * result (a cancellation error, or the query's own result if it finished
+ * first) is still awaited, for at most CANCEL_GRACE_MS and never past
+ * timeout_ms.  When no result came in time, the query is cancelled on the
+ * server (unless a signal did that already), the link is dropped and
+ * link->timed_out is set.  Returns the result, or NULL when there is none
+ * (the reason, one line, is in link->errmsg).
+ *
+ * Each cancel request is waited for at most the shorter of timeout_ms and
+ * CANCEL_MAX_MS, so the call returns at most about twice timeout_ms (or
+ * timeout_ms + 5 s) after it was sent.
  */
 PGresult *
 DlockLinkExec(DlockLink *link, const char *sql, int nparams,
-			  const char *const *values, int *signo)
+			  const char *const *values, int64_t timeout_ms, int *signo)
 {
-	int64_t		cancelled_at = -1;
+	int64_t		cancel_bound = timeout_ms < CANCEL_MAX_MS ? timeout_ms : CANCEL_MAX_MS;
+	int64_t		give_up;
 
 	*signo = 0;
+	link->timed_out = false;
+	give_up = DlockNow() + timeout_ms;
 	if (!DlockLinkSend(link, sql, nparams, values))
 		return NULL;
 	for (;;)
 	{
 		struct pollfd fds[2];
-		int			timeout = -1;
+		int64_t		left;
 		int			nfds = 1;
 		int			s,
 					code;
 		PGresult   *res;
 		DlockLinkEvent ev;
+
+		left = give_up - DlockNow();
+		if (left <= 0)
+		{
+			char		bound[32];
+			char		outcome[512];
+			char		msg[sizeof(link->errmsg)];
+
+			DlockFormatDuration(timeout_ms, bound, sizeof(bound));
+			if (*signo == 0)
+			{
+				DlockLinkCancel(link, cancel_bound, outcome, sizeof(outcome));
+				snprintf(msg, sizeof(msg), "no answer from the database within %s (--timeout); %s",
+						 bound, outcome);
+			}
+			else
+				snprintf(msg, sizeof(msg), "no answer from the database to the cancelled call");
+			link->timed_out = true;
+			DlockLinkDrop(link, msg);
+			return NULL;
+		}
 
 		fds[0].fd = DlockSignalFd();
 		fds[0].events = POLLIN;
@@ -496,18 +661,7 @@ DlockLinkExec(DlockLink *link, const char *sql, int nparams,
 			fds[1].revents = 0;
 			nfds = 2;
 		}
-		if (cancelled_at >= 0)
-		{
-			int64_t		left = cancelled_at + CANCEL_GRACE_MS - DlockNow();
-
-			if (left <= 0)
-			{
-				DlockLinkDrop(link, "the server did not answer the cancel request");
-				return NULL;
-			}
-			timeout = (int) left;
-		}
-		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
+		if (poll(fds, nfds, left > 60000 ? 60000 : (int) left) < 0 && errno != EINTR)
 		{
 			DlockLinkDrop(link, strerror(errno));
 			return NULL;
@@ -517,9 +671,14 @@ DlockLinkExec(DlockLink *link, const char *sql, int nparams,
 			if ((s == SIGINT || s == SIGTERM || s == SIGHUP || s == SIGQUIT) &&
 				*signo == 0)
 			{
+				char		outcome[512];
+				int64_t		grace_end;
+
 				*signo = s;
-				DlockLinkCancel(link);
-				cancelled_at = DlockNow();
+				DlockLinkCancel(link, cancel_bound, outcome, sizeof(outcome));
+				grace_end = DlockNow() + CANCEL_GRACE_MS;
+				if (grace_end < give_up)
+					give_up = grace_end;
 			}
 		}
 		if (nfds == 2)

@@ -6,13 +6,17 @@
  *	  cli/run.c.
  *
  * Process model: one process, no threads, no children (except CMD of
- * dlock run).  A one-shot command connects (blocking, bounded by
+ * dlock run, and the short-lived process that sends a cancel request, see
+ * cli/conn.c).  A one-shot command connects (blocking, bounded by
  * connect_timeout, with the default signal dispositions: a Ctrl-C while
  * connecting just ends dlock), then catches SIGHUP, SIGINT, SIGQUIT and
  * SIGTERM into the self-pipe of cli/signals.c and runs its one call with
  * DlockLinkExec(): such a signal cancels the call on the server (so that a
  * waiting acquire leaves no waiter behind), a lease granted anyway is
- * released, and dlock exits 128+signal.
+ * released, and dlock exits 128+signal.  A call that gets no answer within
+ * --timeout (default 30s plus --wait) is cancelled on the server too, and
+ * dlock exits 69; after an acquire it cannot know whether the lease was
+ * granted, and says so (such a lease ends when its ttl runs out).
  *
  * Every call passes its arguments as query parameters; see cli/conn.c.
  *
@@ -43,7 +47,9 @@
 #define OPT_KILL_AFTER	(1 << 3)
 #define OPT_DBNAME		(1 << 4)
 #define OPT_SCHEMA		(1 << 5)
-#define OPT_CONN		(OPT_DBNAME | OPT_SCHEMA)
+#define OPT_TIMEOUT		(1 << 6)
+/* the options of every command, which may also precede the command name */
+#define OPT_CONN		(OPT_DBNAME | OPT_SCHEMA | OPT_TIMEOUT)
 
 typedef struct OptionDef
 {
@@ -59,6 +65,7 @@ static const OptionDef option_defs[] = {
 	{"kill-after", 0, OPT_KILL_AFTER},
 	{"dbname", 'd', OPT_DBNAME},
 	{"schema", 0, OPT_SCHEMA},
+	{"timeout", 0, OPT_TIMEOUT},
 };
 
 typedef struct Command
@@ -78,19 +85,19 @@ static int	cmd_status(const DlockOptions *opt);
 
 static const Command commands[] = {
 	{"run",
-		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [-d CONNINFO] NAME -- CMD [ARG...]",
+		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [--timeout DUR] [-d CONNINFO] NAME -- CMD [ARG...]",
 	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_KILL_AFTER, 1, 1, DlockRun},
 	{"acquire",
-		"dlock acquire [--ttl DUR] [--wait DUR] [--owner TEXT] [-d CONNINFO] NAME",
+		"dlock acquire [--ttl DUR] [--wait DUR] [--owner TEXT] [--timeout DUR] [-d CONNINFO] NAME",
 	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER, 1, 1, cmd_acquire},
 	{"renew",
-		"dlock renew [--ttl DUR] [-d CONNINFO] NAME TOKEN",
+		"dlock renew [--ttl DUR] [--timeout DUR] [-d CONNINFO] NAME TOKEN",
 	OPT_CONN | OPT_TTL, 2, 2, cmd_renew},
 	{"release",
-		"dlock release [-d CONNINFO] NAME TOKEN",
+		"dlock release [--timeout DUR] [-d CONNINFO] NAME TOKEN",
 	OPT_CONN, 2, 2, cmd_release},
 	{"status",
-		"dlock status [-d CONNINFO] [NAME]",
+		"dlock status [--timeout DUR] [-d CONNINFO] [NAME]",
 	OPT_CONN, 0, 1, cmd_status},
 };
 
@@ -139,6 +146,9 @@ static const char help_text[] =
 "                          \"dlock acquire HOST ppid PPID\")\n"
 "      --kill-after=DUR    run: after a lost lease, SIGKILL CMD if it is still\n"
 "                          running DUR after SIGTERM (default 10s; 0: at once)\n"
+"      --timeout=DUR       give up on a call (run: the acquire) that gets no\n"
+"                          answer within DUR: cancel it on the server, exit 69\n"
+"                          (default 30s plus --wait)\n"
 "      --help              show this help, then exit\n"
 "  -V, --version           show the version, then exit\n"
 "\n"
@@ -169,7 +179,8 @@ static const char help_text[] =
 "           status NAME: NAME has no live lease\n"
 "  64       usage error (CMD not started)\n"
 "  69       the database could not be reached, or the connection was lost\n"
-"           during a one-shot command (run: CMD not started)\n"
+"           during a one-shot command, or a call got no answer within\n"
+"           --timeout (run: CMD not started)\n"
 "  70       the database reported an error (extension not installed,\n"
 "           permission denied, ttl above dlock.max_ttl, standby...), or a\n"
 "           system call failed (run: CMD not started)\n"
@@ -178,7 +189,8 @@ static const char help_text[] =
 "           the ttl, before CMD could start; CMD not started\n"
 "  76       run: the lease was lost while CMD ran, or before dlock could\n"
 "           release it; CMD was stopped\n"
-"  128+S    interrupted by signal S before CMD started (run, acquire)\n"
+"  128+S    interrupted by signal S during a call, which is cancelled on\n"
+"           the server (run: before CMD started)\n"
 "\n"
 "Environment:\n"
 "  PGHOST, PGPORT, PGDATABASE, PGUSER, PGPASSWORD, PGPASSFILE, PGSERVICE,\n"
@@ -304,6 +316,11 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 		case OPT_KILL_AFTER:
 			parse_duration(cmd, def->long_name, value, &opt->kill_after_ms);
 			break;
+		case OPT_TIMEOUT:
+			parse_duration(cmd, def->long_name, value, &opt->timeout_ms);
+			if (opt->timeout_ms <= 0)
+				usage_error(cmd, "--timeout must be at least 1ms");
+			break;
 		case OPT_OWNER:
 			opt->owner = value;
 			break;
@@ -341,7 +358,8 @@ parse_token(const Command *cmd, const char *text)
  * parse_args fills *opt from the command line and returns the command.
  *
  * Options may come anywhere before "--" (for run: before NAME's "--" or
- * before CMD); -d and --schema may also come before the command name.
+ * before CMD); -d, --schema and --timeout may also come before the command
+ * name.
  * For run, the first argument that is not an option is NAME, and CMD
  * starts at the next one (or after "--"): CMD's own options are never
  * read as dlock's.
@@ -414,6 +432,9 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 		opt->token = parse_token(cmd, pos[1]);
 	if (cmd->fn == DlockRun && (opt->cmd == NULL || opt->cmd[0] == NULL))
 		usage_error(cmd, "missing CMD after NAME");
+	/* a waiting acquire is never cut short by the default */
+	if (opt->timeout_ms < 0)
+		opt->timeout_ms = DLOCK_DEFAULT_TIMEOUT_MS + opt->wait_ms;
 	return cmd;
 }
 
@@ -442,15 +463,24 @@ connect_or_exit(DlockLink *link)
 }
 
 /*
- * call_failed reports a failed call (res NULL: the connection was lost)
- * and returns the exit status: 69 for a lost connection, 70 for an SQL
- * error, with a hint when the extension's functions cannot be found.
+ * call_failed reports a failed call (res NULL: the connection was lost,
+ * or no answer came within --timeout) and returns the exit status: 69 for
+ * a lost connection or a timeout, 70 for an SQL error, with a hint when
+ * the extension's functions cannot be found.  unknown, when not NULL, is
+ * added to the message of a timeout: what the call may have done.
  */
 static int
-call_failed(DlockLink *link, const PGresult *res, const char *what)
+call_failed(DlockLink *link, const PGresult *res, const char *what,
+			const char *unknown)
 {
 	const char *state;
 
+	if (res == NULL && link->timed_out)
+	{
+		DlockError("%s: %s%s%s", what, link->errmsg, unknown ? "; " : "",
+				   unknown ? unknown : "");
+		return DLOCK_EXIT_UNAVAILABLE;
+	}
 	if (res == NULL)
 	{
 		DlockError("%s: lost the connection to the database: %s", what, link->errmsg);
@@ -468,8 +498,47 @@ call_failed(DlockLink *link, const PGresult *res, const char *what)
 }
 
 /*
+ * interrupted reports whether a signal (signo, 0 for none) ended a call
+ * whose result is res: no result, or the server's "canceling statement
+ * due to user request" (57014).  A call that was answered before the
+ * cancel arrived was not interrupted.  If it was, it says so (why: "while
+ * trying to renew \"x\"") and adds the reason there was no result, if
+ * any.
+ */
+static bool
+interrupted(const DlockLink *link, const PGresult *res, int signo, const char *why)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (signo == 0)
+		return false;
+	if (res && (state == NULL || strcmp(state, "57014") != 0))
+		return false;
+	if (res == NULL)
+		DlockError("interrupted by %s %s; %s", DlockSignalName(signo), why, link->errmsg);
+	else
+		DlockError("interrupted by %s %s", DlockSignalName(signo), why);
+	return true;
+}
+
+/*
+ * ttl_unknown writes what an acquire that got no answer may have left
+ * behind, for its message.
+ */
+static void
+ttl_unknown(const DlockOptions *opt, char *buf, size_t len)
+{
+	char		ttl[32];
+
+	DlockFormatDuration(opt->ttl_ms, ttl, sizeof(ttl));
+	snprintf(buf, len, "the lease may have been granted all the same, without dlock learning its token: it then ends when its ttl (%s) runs out",
+			 ttl);
+}
+
+/*
  * release_quietly releases (name, token) after an interrupted acquire,
- * ignoring the outcome.
+ * ignoring the outcome, unless no answer comes within --timeout: that is
+ * reported (the lease then ends with its ttl).
  */
 static void
 release_quietly(DlockLink *link, const DlockOptions *opt, const char *token)
@@ -481,7 +550,15 @@ release_quietly(DlockLink *link, const DlockOptions *opt, const char *token)
 	if (link->state != DLOCK_LINK_IDLE)
 		return;
 	res = DlockLinkExec(link, DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)"),
-						2, values, &signo);
+						2, values, opt->timeout_ms, &signo);
+	if (res == NULL && link->timed_out && signo == 0)
+	{
+		char		ttl[32];
+
+		DlockFormatDuration(opt->ttl_ms, ttl, sizeof(ttl));
+		DlockError("could not release \"%s\" (token %s): %s; it ends when its ttl (%s) runs out",
+				   opt->name, token, link->errmsg, ttl);
+	}
 	PQclear(res);
 }
 
@@ -489,8 +566,9 @@ release_quietly(DlockLink *link, const DlockOptions *opt, const char *token)
  * DlockAcquireLease calls dlock_acquire(NAME, --ttl, --wait, owner) on an
  * idle link.  Returns 0 with the token's text in token and the time the
  * call was sent (*sent_at) and answered (*answered_at); 75 when the lease
- * is held; 69 or 70 on failure (reported); 128+signal when a signal
- * interrupted it (a lease granted meanwhile is released again).
+ * is held; 69 or 70 on failure (reported; 69 also when no answer came
+ * within --timeout); 128+signal when a signal interrupted it (a lease
+ * granted meanwhile is released again).
  */
 int
 DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
@@ -504,6 +582,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 	int			signo;
 	PGresult   *res;
 	char		what[600];
+	char		unknown[300];
 
 	DlockInterval(opt->ttl_ms, ttl, sizeof(ttl));
 	DlockInterval(opt->wait_ms, wait, sizeof(wait));
@@ -516,15 +595,19 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 	*sent_at = DlockNow();
 	res = DlockLinkExec(link,
 						DlockSql("SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)"),
-						4, values, &signo);
+						4, values, opt->timeout_ms, &signo);
 	*answered_at = DlockNow();
-	if (signo)
+	ttl_unknown(opt, unknown, sizeof(unknown));
+	if (signo && res == NULL && link->timed_out)
+		DlockError("interrupted by %s while acquiring \"%s\"; %s, so %s",
+				   DlockSignalName(signo), opt->name, link->errmsg, unknown);
+	else if (signo)
 		DlockError("interrupted by %s while acquiring \"%s\"", DlockSignalName(signo), opt->name);
 	if (res == NULL)
 	{
 		if (signo)
 			return 128 + signo;
-		return call_failed(link, NULL, what);
+		return call_failed(link, NULL, what, unknown);
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 	{
@@ -534,7 +617,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 		if (signo && state && strcmp(state, "57014") == 0)
 			rc = 128 + signo;
 		else
-			rc = call_failed(link, res, what);
+			rc = call_failed(link, res, what, NULL);
 		PQclear(res);
 		return rc;
 	}
@@ -557,7 +640,8 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
  * DlockDescribeHolder writes who holds NAME's live lease, for the message
  * of a refused acquire: 'held by "owner" (token 42, role app, expires in
  * 29.8s)', or a shorter text when that cannot be read (the lease may have
- * ended meanwhile).
+ * ended meanwhile; a call that gets no answer within --timeout is
+ * cancelled, and the text says so).
  */
 void
 DlockDescribeHolder(DlockLink *link, const DlockOptions *opt, char *buf, size_t len)
@@ -580,7 +664,13 @@ DlockDescribeHolder(DlockLink *link, const DlockOptions *opt, char *buf, size_t 
 							DlockSql("SELECT owner, token, holder_role,"
 									 " (pg_catalog.date_part('epoch', expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8"
 									 " FROM @extschema@.dlock_leases WHERE lock_name OPERATOR(pg_catalog.=) $1 AND live"),
-							1, values, &signo);
+							1, values, opt->timeout_ms, &signo);
+	if (res == NULL && link->timed_out)
+	{
+		size_t		n = strlen(buf);
+
+		snprintf(buf + n, len - n, " (its holder could not be read: %s)", link->errmsg);
+	}
 	if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
 	{
 		size_t		n = strlen(buf);
@@ -641,16 +731,19 @@ cmd_acquire(const DlockOptions *opt)
 
 /*
  * bool_call runs renew or release with (NAME, TOKEN[, ttl]) and maps the
- * answer to the exit status: 0 true, 1 false.
+ * answer to the exit status: 0 true, 1 false.  unknown says what the call
+ * may have done when it got no answer within --timeout.
  */
 static int
-bool_call(const DlockOptions *opt, const char *sql, int nparams, const char *what)
+bool_call(const DlockOptions *opt, const char *sql, int nparams, const char *what,
+		  const char *unknown)
 {
 	DlockLink	link;
 	char		token[32];
 	char		ttl[64];
 	const char *values[3];
 	char		whatname[600];
+	char		why[600];
 	int			signo;
 	int			rc;
 	PGresult   *res;
@@ -661,12 +754,15 @@ bool_call(const DlockOptions *opt, const char *sql, int nparams, const char *wha
 	values[1] = token;
 	values[2] = ttl;
 	snprintf(whatname, sizeof(whatname), "could not %s \"%s\"", what, opt->name);
+	snprintf(why, sizeof(why), "while trying to %s \"%s\"", what, opt->name);
 	connect_or_exit(&link);
-	res = DlockLinkExec(&link, DlockSql(sql), nparams, values, &signo);
-	if (res == NULL)
-		rc = signo ? 128 + signo : call_failed(&link, NULL, whatname);
+	res = DlockLinkExec(&link, DlockSql(sql), nparams, values, opt->timeout_ms, &signo);
+	if (interrupted(&link, res, signo, why))
+		rc = 128 + signo;
+	else if (res == NULL)
+		rc = call_failed(&link, NULL, whatname, unknown);
 	else if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		rc = call_failed(&link, res, whatname);
+		rc = call_failed(&link, res, whatname, NULL);
 	else if (DlockResultIsTrue(res))
 		rc = DLOCK_EXIT_OK;
 	else
@@ -684,14 +780,14 @@ static int
 cmd_renew(const DlockOptions *opt)
 {
 	return bool_call(opt, "SELECT @extschema@.dlock_renew($1, $2::pg_catalog.int8, $3::pg_catalog.interval)",
-					 3, "renew");
+					 3, "renew", "the lease may or may not have been renewed");
 }
 
 static int
 cmd_release(const DlockOptions *opt)
 {
 	return bool_call(opt, "SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)",
-					 2, "release");
+					 2, "release", "the lease may or may not have been released (if not, it ends when its ttl runs out)");
 }
 
 /*
@@ -770,12 +866,17 @@ cmd_status(const DlockOptions *opt)
 								 " FROM @extschema@.dlock_leases"
 								 " WHERE $1::pg_catalog.text IS NULL OR lock_name OPERATOR(pg_catalog.=) $1"
 								 " ORDER BY lock_name"),
-						1, values, &signo);
+						1, values, opt->timeout_ms, &signo);
+	if (interrupted(&link, res, signo, "while reading the leases"))
+	{
+		PQclear(res);
+		return 128 + signo;
+	}
 	if (res == NULL)
-		return signo ? 128 + signo : call_failed(&link, NULL, "could not read the leases");
+		return call_failed(&link, NULL, "could not read the leases", NULL);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		int			rc = call_failed(&link, res, "could not read the leases");
+		int			rc = call_failed(&link, res, "could not read the leases", NULL);
 
 		PQclear(res);
 		return rc;
@@ -889,6 +990,7 @@ main(int argc, char **argv)
 	opt.ttl_ms = DLOCK_DEFAULT_TTL_MS;
 	opt.wait_ms = 0;
 	opt.kill_after_ms = DLOCK_DEFAULT_KILL_AFTER_MS;
+	opt.timeout_ms = -1;		/* not given: see parse_args */
 
 	cmd = parse_args(argc, argv, &opt);
 	DlockConnInit(&opt);

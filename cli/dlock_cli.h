@@ -32,7 +32,8 @@
 #define DLOCK_EXIT_NO			1	/* renew/release: the token holds no
 									 * live lease; status NAME: not live */
 #define DLOCK_EXIT_USAGE		64	/* EX_USAGE */
-#define DLOCK_EXIT_UNAVAILABLE	69	/* EX_UNAVAILABLE: no database */
+#define DLOCK_EXIT_UNAVAILABLE	69	/* EX_UNAVAILABLE: no database, or no
+									 * answer within --timeout */
 #define DLOCK_EXIT_ERROR		70	/* EX_SOFTWARE: the database reported an
 									 * error, or a system call failed */
 #define DLOCK_EXIT_NOT_ACQUIRED 75	/* EX_TEMPFAIL: CMD was not started */
@@ -41,6 +42,7 @@
 /* Defaults of the options. */
 #define DLOCK_DEFAULT_TTL_MS		30000
 #define DLOCK_DEFAULT_KILL_AFTER_MS 10000
+#define DLOCK_DEFAULT_TIMEOUT_MS	30000	/* plus --wait */
 
 /* Everything the command line says. */
 typedef struct DlockOptions
@@ -52,6 +54,7 @@ typedef struct DlockOptions
 	int64_t		ttl_ms;
 	int64_t		wait_ms;
 	int64_t		kill_after_ms;
+	int64_t		timeout_ms;		/* --timeout: the longest wait for an answer */
 	const char *name;			/* NAME */
 	int64_t		token;			/* TOKEN of renew and release */
 	char	  **cmd;			/* run: CMD [ARG...], NULL-terminated */
@@ -83,6 +86,7 @@ typedef struct DlockLink
 	bool		flushing;		/* BUSY: the query is not fully sent yet */
 	PGresult   *pending;		/* BUSY: result collected so far */
 	short		revents;		/* poll() result for the socket */
+	bool		timed_out;		/* DlockLinkExec got no answer in time */
 	char		errmsg[1024];	/* the last failure, one line */
 } DlockLink;
 
@@ -122,8 +126,10 @@ extern DlockLinkEvent DlockLinkProgress(DlockLink *link, PGresult **result);
 extern void DlockLinkDrop(DlockLink *link, const char *why);
 extern void DlockLinkClose(DlockLink *link);
 extern PGresult *DlockLinkExec(DlockLink *link, const char *sql, int nparams,
-							   const char *const *values, int *signo);
-extern void DlockLinkCancel(DlockLink *link);
+							   const char *const *values, int64_t timeout_ms,
+							   int *signo);
+extern bool DlockLinkCancel(DlockLink *link, int64_t bound_ms, char *outcome,
+							size_t len);
 extern const char *DlockResultError(const PGresult *res);
 extern bool DlockResultIsTrue(const PGresult *res);
 extern char *DlockSql(const char *fmt);

@@ -32,6 +32,12 @@
  *   5. decide: start CMD, stop it, send the next renew or the release,
  *      reconnect, exit.
  *
+ * Before that loop, the acquire is one DlockAcquireLease() call (cli/dlock.c,
+ * waiting with DlockLinkExec() of cli/conn.c), bounded by --timeout: if it
+ * gets no answer in time, it is cancelled on the server, dlock exits 69 and
+ * CMD is never started.  --timeout does not apply to the renews and the
+ * release, which the lease's deadline bounds (see below).
+ *
  * Timing rules (ttl T; all times on CLOCK_MONOTONIC, in ms):
  *
  *   - The lease's local deadline is the time the last successful acquire
