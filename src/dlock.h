@@ -5,7 +5,7 @@
  *
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
  * argument checks), store.c (all access to the lease table and the token
- * sequence), token.c (token epochs: the sequence's jumps across crash,
+ * sequence), token.c (token jumps: the sequence moves ahead across crash,
  * failover and restore), fence.c (the dlock_fence trigger), wait.c
  * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory
  * for waiting and token boot jumps).
@@ -85,7 +85,7 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 								  DlockFenceLease *lease);
 
-/* token.c: token epochs (called by store.c, as the extension's owner) */
+/* token.c: token jumps (called by store.c, as the extension's owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
 extern bool DlockTokenNeedsFlush(void);
 extern void DlockTokenForget(void);

@@ -330,7 +330,7 @@ store_prepare_cache(Oid fn_oid)
 				 errdetail("Sequence \"%s.dlock_token_seq\" does not exist.", nspname),
 				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
 
-	/* absent when the extension's SQL is 1.0: then no token epochs */
+	/* absent when the extension's SQL is 1.0: then no token jumps */
 	store_cache.originrelid = get_relname_relid("dlock_token_origin", nspid);
 	DlockTokenForget();
 

@@ -274,7 +274,7 @@ token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
  * done for this database; otherwise it jumps the sequence forward and
  * records the identity (see the file header).  Must run as the owner of
  * both sequences, on a primary.  Without originrelid (an extension whose
- * SQL predates token epochs) it does nothing.  Takes the token lock only
+ * SQL predates token jumps) it does nothing.  Takes the token lock only
  * when something is to be checked.
  */
 void
