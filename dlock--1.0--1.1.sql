@@ -1,15 +1,16 @@
-/* dlock--1.0--1.1.sql: token epochs (tokens stay increasing across failover and restore) */
+/* dlock--1.0--1.1.sql: token jumps (tokens stay increasing across failover and restore) */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION dlock UPDATE TO '1.1'" to load this file. \quit
 
 /*
- * Token epochs (see src/token.c): a durable register holding a hash of the
- * identity (system identifier, timeline, database) of the server that last
- * issued tokens.  A sequence, because sequences are non-transactional and
- * WAL-logged; only setval() ever writes it, never nextval().  When a server
- * with another identity issues the next token, the token sequence first
- * jumps to the next generation.  Private like the token sequence.
+ * Token jumps (see src/token.c): a durable register holding a hash of the
+ * identity (system identifier, timeline, database, token sequence) of the
+ * server that last issued tokens.  A sequence, because sequences are
+ * non-transactional and WAL-logged; only setval() ever writes it, never
+ * nextval().  When a server with another identity issues the next token,
+ * the token sequence first jumps ahead, to the server clock in
+ * microseconds.  Private like the token sequence.
  */
 CREATE SEQUENCE @extschema@.dlock_token_origin
     AS pg_catalog.int8
@@ -31,6 +32,6 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid, '')
  * Backends cache where the extension's relations are until the lease
  * table's relcache entry is invalidated.  Re-setting its (unchanged)
  * fillfactor sends that invalidation, so running sessions find the new
- * register at their next call instead of going on without token epochs.
+ * register at their next call instead of going on without token jumps.
  */
 ALTER TABLE @extschema@.dlock_lease SET (fillfactor = 70);

@@ -60,12 +60,13 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid, '')
    AND c.relname OPERATOR(pg_catalog.=) 'dlock_token_seq'::pg_catalog.name;
 
 /*
- * Token epochs (see src/token.c): a durable register holding a hash of the
- * identity (system identifier, timeline, database) of the server that last
- * issued tokens.  A sequence, because sequences are non-transactional and
- * WAL-logged; only setval() ever writes it, never nextval().  When a server
- * with another identity issues the next token, the token sequence first
- * jumps to the next generation.  Private like the token sequence.
+ * Token jumps (see src/token.c): a durable register holding a hash of the
+ * identity (system identifier, timeline, database, token sequence) of the
+ * server that last issued tokens.  A sequence, because sequences are
+ * non-transactional and WAL-logged; only setval() ever writes it, never
+ * nextval().  When a server with another identity issues the next token,
+ * the token sequence first jumps ahead, to the server clock in
+ * microseconds.  Private like the token sequence.
  */
 CREATE SEQUENCE @extschema@.dlock_token_origin
     AS pg_catalog.int8

@@ -83,7 +83,7 @@
  *
  * - A token must never be handed out twice, also across a crash, a
  *   failover or a restore.  Before its first grant a backend has token.c
- *   check the token epoch (and jump the sequence forward when needed; see
+ *   check the token identity (and jump the sequence forward when needed; see
  *   token.c).  nextval() WAL-logs the sequence only every SEQ_LOG_VALS
  *   calls, logging ahead, and that record reaches disk only when some later
  *   flush covers it: if the granting transaction never commits, or commits

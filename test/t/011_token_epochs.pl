@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 #
 # test/t/011_token_epochs.pl
-#	  Token epochs with shared_preload_libraries = 'dlock': the boot jump
+#	  Token jumps with shared_preload_libraries = 'dlock': the boot jump
 #	  after every server start (src/token.c), which lets grants skip the
 #	  WAL flush that 001_crash_restart.pl proves necessary without it.
 #
