@@ -72,58 +72,8 @@ $node->safe_psql('postgres', 'CREATE EXTENSION dlock');
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'dlock', 'dlock is preloaded');
 
-# session opens a background psql session on $n, named $name (used in the
-# markers of its output), and returns it with its backend's pid.  psql
-# does not stop at errors, so a failed statement can be inspected.
-sub session
-{
-	my ($n, $name) = @_;
-	my $bg = $n->background_psql('postgres', on_error_stop => 0);
-	my $pid = $bg->query_safe('SELECT pg_backend_pid()');
-	return { bg => $bg, pid => $pid, name => $name, seq => 0, out => '' };
-}
-
-# start_sql sends $sql to session $s and returns as soon as psql has begun
-# running it, without waiting for it to finish.
-sub start_sql
-{
-	my ($s, $sql) = @_;
-	my $tag = "$s->{name}#" . ++$s->{seq};
-	$s->{tag} = $tag;
-	my $out = $s->{bg}->query_until(qr/^\Q$tag\E start\n/m,
-		"\\echo '$tag start'\n$sql\n\\echo :SQLSTATE\n\\echo '$tag end'\n");
-
-	# Keep whatever psql printed after the start marker already.
-	$out =~ s/\A.*?^\Q$tag\E start\n//ms;
-	$s->{out} = $out;
-	return;
-}
-
-# finish_sql waits (bounded by the session's timeout) until the statements
-# started by start_sql on $s have finished, and returns their output and
-# the SQLSTATE of the last one ('00000' for success).
-sub finish_sql
-{
-	my ($s) = @_;
-	my $tag = $s->{tag};
-	my $out = $s->{out};
-	$out .= $s->{bg}->query_until(qr/^\Q$tag\E end\n/m, '')
-	  unless $out =~ /^\Q$tag\E end\n/m;
-	$s->{out} = '';
-	$out =~ s/^\Q$tag\E end\n.*//ms
-	  or die "no end marker for $tag in output: $out";
-	$out =~ s/(?:\A|\n)([0-9A-Z]{5})\n\z//
-	  or die "no SQLSTATE for $tag in output: $out";
-	return ($out, $1);
-}
-
-# close_session ends session $s, also when its backend or psql is gone.
-sub close_session
-{
-	my ($s) = @_;
-	eval { $s->{bg}->quit; 1 } or note "closing $s->{name}: $@";
-	return;
-}
+# Background sessions: bg_session, bg_start, bg_finish, bg_close
+# (DlockTest.pm).
 
 # waiting_sql is a query counting the backends among @pids that wait in
 # dlock (all of them when @pids is empty).
@@ -176,7 +126,7 @@ sub queue_waiters
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
 	for my $s (@s)
 	{
-		start_sql($s, $make_sql->($s));
+		bg_start($s, $make_sql->($s));
 		wait_for_waiters($n, 1, "$what: $s->{name} is waiting", $s->{pid});
 	}
 	return;
@@ -209,7 +159,7 @@ sub check_served
 	my @tokens;
 	for my $i (0 .. $#s)
 	{
-		my ($out, $state) = finish_sql($s[$i]);
+		my ($out, $state) = bg_finish($s[$i]);
 		my $ok = like(
 			$out,
 			qr/\A[0-9]+\nt\z/,
@@ -234,7 +184,7 @@ $node->safe_psql('postgres',
 
 # 1. FIFO: ten waiters, served in arrival order.
 {
-	my @w = map { session($node, "fifo$_") } 1 .. 10;
+	my @w = map { bg_session($node, "fifo$_") } 1 .. 10;
 	my $held = acquire($node, 'fifo', '10 min');
 
 	queue_waiters($node, 'fifo', take_and_release('fifo'), @w);
@@ -261,7 +211,7 @@ $node->safe_psql('postgres',
 		"$tokens[-1]|t|f",
 		'fifo: the last waiter released the lease');
 	wait_for_waiters($node, 0, 'fifo: nobody waits any more');
-	close_session($_) for @w;
+	bg_close($_) for @w;
 }
 
 # 2. statement_timeout.
@@ -281,8 +231,8 @@ $node->safe_psql('postgres',
 		'statement_timeout: nobody waits after the timeout');
 
 	# A waiter that comes afterwards is served at the release.
-	my $after = session($node, 'st-after');
-	start_sql($after, take_and_release('st')->($after));
+	my $after = bg_session($node, 'st-after');
+	bg_start($after, take_and_release('st')->($after));
 	wait_for_waiters($node, 1, 'statement_timeout: the next waiter waits',
 		$after->{pid});
 	release($node, 'st', $held);
@@ -294,18 +244,18 @@ $node->safe_psql('postgres',
 	# leaves time to queue the second waiter behind it (the check that both
 	# wait at once fails otherwise).
 	$held = acquire($node, 'st', '10 min');
-	my $head = session($node, 'st-head');
-	my $behind = session($node, 'st-behind');
+	my $head = bg_session($node, 'st-head');
+	my $behind = bg_session($node, 'st-behind');
 	$head->{bg}->query_safe("SET statement_timeout = '3s'");
-	start_sql($head, "SELECT dlock_acquire('st', '1 min', '60 s');");
+	bg_start($head, "SELECT dlock_acquire('st', '1 min', '60 s');");
 	wait_for_waiters($node, 1, 'statement_timeout: the head waits',
 		$head->{pid});
-	start_sql($behind, take_and_release('st')->($behind));
+	bg_start($behind, take_and_release('st')->($behind));
 	wait_for_waiters(
 		$node, 2,
 		'statement_timeout: a second waiter waits behind the head',
 		$head->{pid}, $behind->{pid});
-	my ($out, $state) = finish_sql($head);
+	my ($out, $state) = bg_finish($head);
 	is($state, '57014', 'statement_timeout: the head fails with 57014');
 	is($out, '', 'statement_timeout: the head returned nothing');
 	wait_for_waiters($node, 1,
@@ -315,13 +265,13 @@ $node->safe_psql('postgres',
 	check_served('statement_timeout: waiter behind the timed-out head',
 		$held, $behind);
 	wait_for_waiters($node, 0, 'statement_timeout: nobody waits at the end');
-	close_session($_) for ($after, $head, $behind);
+	bg_close($_) for ($after, $head, $behind);
 }
 
 # 3. pg_terminate_backend of the middle waiter of three.
 {
 	my $held = acquire($node, 'term', '10 min');
-	my @w = map { session($node, "term$_") } 1 .. 3;
+	my @w = map { bg_session($node, "term$_") } 1 .. 3;
 	queue_waiters($node, 'terminate', take_and_release('term'), @w);
 
 	is( $node->safe_psql(
@@ -347,20 +297,20 @@ $node->safe_psql('postgres',
 	# A later waiter is served normally.
 	$held = acquire($node, 'term', '10 min');
 	cmp_ok($held, '>', $tokens[-1], 'terminate: a new holder');
-	my $later = session($node, 'term-later');
-	start_sql($later, take_and_release('term')->($later));
+	my $later = bg_session($node, 'term-later');
+	bg_start($later, take_and_release('term')->($later));
 	wait_for_waiters($node, 1, 'terminate: a later waiter waits',
 		$later->{pid});
 	release($node, 'term', $held);
 	check_served('terminate: later waiter', $held, $later);
 	wait_for_waiters($node, 0, 'terminate: nobody waits at the end');
-	close_session($_) for (@w, $later);
+	bg_close($_) for (@w, $later);
 }
 
 # 4. Restart with waiters queued.
 {
 	my $held = acquire($node, 'restart', '10 min');
-	my @w = map { session($node, "restart$_") } 1 .. 2;
+	my @w = map { bg_session($node, "restart$_") } 1 .. 2;
 	queue_waiters($node, 'restart', take_and_release('restart'), @w);
 
 	# pg_ctl restart shuts down in fast mode: backends are terminated.
@@ -371,7 +321,7 @@ $node->safe_psql('postgres',
 				qr/\[$s->{pid}\] \S* ?FATAL:  terminating connection due to administrator command/
 			),
 			"restart: waiter $s->{name} (pid $s->{pid}) was terminated");
-		close_session($s);
+		bg_close($s);
 	}
 	wait_for_waiters($node, 0, 'restart: nobody waits after the restart');
 	is( $node->safe_psql(
@@ -391,7 +341,7 @@ $node->safe_psql('postgres',
 		'restart: the held lease still refuses others');
 
 	# New waiters are served FIFO at the release.
-	my @v = map { session($node, "restart-new$_") } 1 .. 3;
+	my @v = map { bg_session($node, "restart-new$_") } 1 .. 3;
 	queue_waiters($node, 'restart: new', take_and_release('restart'),
 		@v);
 	release($node, 'restart', $held);
@@ -411,13 +361,13 @@ $node->safe_psql('postgres',
 		qr/^[0-9]+$/,
 		'restart: a waiter on a free lease gets a token');
 	wait_for_waiters($node, 0, 'restart: nobody waits at the end');
-	close_session($_) for @v;
+	bg_close($_) for @v;
 }
 
 # 5. Waiting uses no CPU.
 {
 	my $held = acquire($node, 'cpu', '10 min');
-	my @w = map { session($node, "cpu$_") } 1 .. 10;
+	my @w = map { bg_session($node, "cpu$_") } 1 .. 10;
 
 	# Warm up each backend (catalog caches, dlock's saved plans), so that
 	# the measure covers the wait itself.
@@ -439,12 +389,12 @@ $node->safe_psql('postgres',
 	};
 
 	my %before = map { $_->{pid} => $cpu_ticks->($_->{pid}) } @w;
-	start_sql($_, "SELECT dlock_acquire('cpu', '1 min', '2 s');") for @w;
+	bg_start($_, "SELECT dlock_acquire('cpu', '1 min', '2 s');") for @w;
 	wait_for_waiters($node, 10, 'cpu: all ten are waiting at once',
 		map { $_->{pid} } @w);
 	for my $s (@w)
 	{
-		my ($out, $state) = finish_sql($s);
+		my ($out, $state) = bg_finish($s);
 		is("$out $state", ' 00000',
 			"cpu: $s->{name} ran out of wait and returned NULL");
 	}
@@ -469,7 +419,7 @@ END $$;});
 	cmp_ok($busy, '>', 0, 'cpu: the measure sees a busy backend');
 
 	release($node, 'cpu', $held);
-	close_session($_) for @w;
+	bg_close($_) for @w;
 }
 
 # 6. A waiter's failed attempt keeps no row lock (wait.c: "each attempt
@@ -493,9 +443,9 @@ END $$;});
 {
 	my $held = acquire($node, 'rowlock', '1 min');
 	release($node, 'rowlock', $held);
-	my $holder = session($node, 'rowlock-holder');
-	my $locker = session($node, 'rowlock-locker');
-	my $waiter = session($node, 'rowlock-waiter');
+	my $holder = bg_session($node, 'rowlock-holder');
+	my $locker = bg_session($node, 'rowlock-locker');
+	my $waiter = bg_session($node, 'rowlock-waiter');
 
 	# The waiter's statements are prepared in an earlier transaction, so
 	# that its attempt's snapshot comes before its table lock.
@@ -509,20 +459,20 @@ END $$;});
 	  ->query_safe("SELECT dlock_acquire('rowlock', '1 min')");
 	like($tok, qr/^[0-9]+$/, 'row lock: an open transaction acquires');
 	$locker->{bg}->query_safe('BEGIN');
-	start_sql($locker, 'LOCK TABLE dlock_lease IN EXCLUSIVE MODE;');
+	bg_start($locker, 'LOCK TABLE dlock_lease IN EXCLUSIVE MODE;');
 	ok( $node->poll_query_until(
 			'postgres',
 			"SELECT wait_event_type FROM pg_stat_activity WHERE pid = $locker->{pid}",
 			'Lock'),
 		'row lock: a table lock request queues behind the open acquire');
-	start_sql($waiter, "SELECT dlock_acquire('rowlock', '1 min', '5 s');");
+	bg_start($waiter, "SELECT dlock_acquire('rowlock', '1 min', '5 s');");
 	ok( $node->poll_query_until(
 			'postgres',
 			"SELECT wait_event_type || ' ' || wait_event FROM pg_stat_activity WHERE pid = $waiter->{pid}",
 			'Lock relation'),
 		'row lock: the waiter attempts and waits for the table lock');
 	$holder->{bg}->query_safe('COMMIT');
-	my ($out, $state) = finish_sql($locker);
+	my ($out, $state) = bg_finish($locker);
 	is($state, '00000', 'row lock: the table lock is granted');
 	$locker->{bg}->query_safe('COMMIT');
 	wait_for_waiters($node, 1, 'row lock: the waiter waits in dlock',
@@ -532,13 +482,13 @@ END $$;});
 	# nobody never reaches it.
 	my ($stdout, $stderr) = psql_error($node,
 		"SET lock_timeout = '2s';\nSELECT dlock_release('rowlock', $tok)");
-	($out, $state) = finish_sql($waiter);
+	($out, $state) = bg_finish($waiter);
 	is($stdout, "t\nfalse 00000",
 		'row lock: the holder releases without waiting for the waiter');
 	like($out, qr/\A[0-9]+\z/,
 		'row lock: the waiter gets the lease after the release');
 	note "row lock: release said: $stdout $stderr";
-	close_session($_) for ($holder, $locker, $waiter);
+	bg_close($_) for ($holder, $locker, $waiter);
 }
 
 $node->stop;
@@ -552,12 +502,12 @@ is($plain->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'', 'no preload: dlock is not preloaded');
 {
 	my $held = acquire($plain, 'poll', '10 min');
-	my $w = session($plain, 'poll');
-	start_sql($w, "SELECT dlock_acquire('poll', '1 min', '10 s');");
+	my $w = bg_session($plain, 'poll');
+	bg_start($w, "SELECT dlock_acquire('poll', '1 min', '10 s');");
 	wait_for_waiters($plain, 1,
 		'no preload: the waiter shows the Extension wait event', $w->{pid});
 	release($plain, 'poll', $held);
-	my ($out, $state) = finish_sql($w);
+	my ($out, $state) = bg_finish($w);
 	like($out, qr/\A[0-9]+\z/,
 		'no preload: the waiter got a token after the release');
 	is($state, '00000', 'no preload: the waiter raised nothing');
@@ -567,7 +517,7 @@ is($plain->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 			"SELECT dlock_acquire('poll', '1 min', '300 ms') IS NULL"),
 		't',
 		'no preload: a waiter on a held lease runs out of wait and gets NULL');
-	close_session($w);
+	bg_close($w);
 }
 $plain->stop;
 
