@@ -214,7 +214,6 @@ typedef struct DlockStoreCache
 	Oid			leaserelid;		/* dlock_lease */
 	Oid			seqrelid;		/* dlock_token_seq */
 	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
-	Oid			pkeyid;			/* dlock_lease_pkey */
 	Oid			owner;			/* owner of dlock_lease */
 	Oid			fns[DLOCK_KNOWN_FNS];	/* functions known to be in nspid */
 	SPIPlanPtr	plans[NUM_STMTS];
@@ -333,14 +332,6 @@ store_prepare_cache(Oid fn_oid)
 	/* absent when the extension's SQL is 1.0: then no token jumps */
 	store_cache.originrelid = get_relname_relid("dlock_token_origin", nspid);
 	DlockTokenForget();
-
-	store_cache.pkeyid = get_relname_relid("dlock_lease_pkey", nspid);
-	if (!OidIsValid(store_cache.pkeyid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease table index of extension \"dlock\" is missing"),
-				 errdetail("Index \"%s.dlock_lease_pkey\" does not exist.", nspname),
-				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
 
 	{
 		Relation	rel = table_open(relid, AccessShareLock);
@@ -644,6 +635,46 @@ bad:
 }
 
 /*
+ * lease_pkey_open opens the primary key of the lease table rel with
+ * lockmode, as the relcache knows it now (REINDEX CONCURRENTLY replaces
+ * it).  Raises if there is none (a damaged install).
+ */
+static Relation
+lease_pkey_open(Relation rel, LOCKMODE lockmode)
+{
+	Oid			pkey = RelationGetPrimaryKeyIndex(rel);
+
+	if (!OidIsValid(pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table index of extension \"dlock\" is missing"),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+	return index_open(pkey, lockmode);
+}
+
+/*
+ * lease_lookup looks lock_name up in the lease table rel through its
+ * primary key idx with snapshot, stores the visible version (if any) in
+ * slot and returns whether there was one.
+ */
+static bool
+lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
+			 TupleTableSlot *slot)
+{
+	IndexScanDesc scan;
+	ScanKeyData key;
+	bool		found;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = index_beginscan(rel, idx, snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+/*
  * lease_open opens the lease table and its primary key (as the relcache
  * knows it now: REINDEX CONCURRENTLY replaces it) for a direct operation,
  * with RowExclusiveLock (kept until the transaction ends, as a statement's
@@ -654,8 +685,6 @@ bad:
 static void
 lease_open(LeaseAccess *la)
 {
-	Oid			pkey;
-
 	la->rel = table_open(store_cache.leaserelid, RowExclusiveLock);
 	if (la->rel->trigdesc != NULL ||
 		(la->rel->rd_att->constr != NULL && la->rel->rd_att->constr->num_check > 0) ||
@@ -665,13 +694,7 @@ lease_open(LeaseAccess *la)
 				 errmsg("lease table of extension \"dlock\" has triggers, check constraints or forced row security"),
 				 errdetail("dlock changes its lease table directly, without firing triggers or checking such rules."),
 				 errhint("Remove what was added to the table dlock_lease.")));
-	pkey = RelationGetPrimaryKeyIndex(la->rel);
-	if (!OidIsValid(pkey))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease table index of extension \"dlock\" is missing"),
-				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
-	la->idx = index_open(pkey, RowExclusiveLock);
+	la->idx = lease_pkey_open(la->rel, RowExclusiveLock);
 	la->slot = table_slot_create(la->rel, NULL);
 	la->newslot = MakeSingleTupleTableSlot(RelationGetDescr(la->rel),
 										   &TTSOpsVirtual);
@@ -717,19 +740,10 @@ lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
 static bool
 lease_read(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
-	IndexScanDesc scan;
-	ScanKeyData key;
-	bool		found;
-
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
-	scan = index_beginscan(la->rel, la->idx, snapshot, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, la->slot);
-	if (found)
-		lease_row_from_slot(la, row);
-	index_endscan(scan);
-	return found;
+	if (!lease_lookup(la->rel, la->idx, snapshot, lock_name, la->slot))
+		return false;
+	lease_row_from_slot(la, row);
+	return true;
 }
 
 /*
@@ -1279,43 +1293,26 @@ DlockStoreTokenInit(Oid fn_oid)
  * fence_read_direct reads the lease of lock_name into *lease straight from
  * the primary key index and the heap, with a fresh snapshot and no row
  * lock: the 'latest' fence's hot path, without SPI's per-statement
- * executor setup.  The same MVCC read as STMT_FENCE.  Takes AccessShareLock
+ * executor setup.  The same MVCC read as lease_read.  Takes AccessShareLock
  * on the table and the index, kept until the transaction ends.
  */
 static void
 fence_read_direct(text *lock_name, DlockFenceLease *lease)
 {
 	Relation	rel = table_open(store_cache.leaserelid, AccessShareLock);
-	Oid			pkey = RelationGetPrimaryKeyIndex(rel);
-	Relation	idx;
-	Snapshot	snap;
-	TupleTableSlot *slot;
-	IndexScanDesc scan;
-	ScanKeyData key;
+	Relation	idx = lease_pkey_open(rel, AccessShareLock);
+	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
 
-	if (!OidIsValid(pkey))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease table index of extension \"dlock\" is missing"),
-				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
-	idx = index_open(pkey, AccessShareLock);
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
-	scan = index_beginscan(rel, idx, snap, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	lease->found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	lease->found = lease_lookup(rel, idx, snap, lock_name, slot);
 	if (lease->found)
 	{
 		bool		isnull;
 
-		lease->token = DatumGetInt64(slot_getattr(slot, 2, &isnull));
-		lease->expires_at = DatumGetTimestampTz(slot_getattr(slot, 7, &isnull));
-		lease->released = DatumGetBool(slot_getattr(slot, 8, &isnull));
+		lease->token = DatumGetInt64(slot_getattr(slot, ATT_TOKEN, &isnull));
+		lease->expires_at = DatumGetTimestampTz(slot_getattr(slot, ATT_EXPIRES_AT, &isnull));
+		lease->released = DatumGetBool(slot_getattr(slot, ATT_RELEASED, &isnull));
 	}
-	index_endscan(scan);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	index_close(idx, NoLock);
