@@ -4,9 +4,13 @@
  *	  Every PostgreSQL-version difference dlock cares about, in one place.
  *
  * No other file tests PG_VERSION_NUM: they use the macros and inline
- * wrappers below.  Target is PostgreSQL 15; 13 to 17 should compile.
+ * wrappers below.  dlock supports PostgreSQL 15, 17 and 18 (tested) and
+ * should build on 16 (not tested: no server to test it on).
  *
- * Concurrency: none; this header only renames things.
+ * Concurrency: none; this header only renames things.  DlockWaitEvent()
+ * registers dlock's wait event on first use (PostgreSQL 17 and later),
+ * which takes core's WaitEventCustomLock (or, in 17,
+ * WaitEventExtensionLock) briefly, once per backend.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -17,32 +21,42 @@
 
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/tableam.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "utils/guc.h"
+#include "utils/relcache.h"
 #include "utils/wait_event.h"
 
-/* MarkGUCPrefixReserved() replaced EmitWarningsOnPlaceholders() in 15. */
 #if PG_VERSION_NUM < 150000
-#define DlockReserveGucPrefix(prefix) EmitWarningsOnPlaceholders(prefix)
-#else
-#define DlockReserveGucPrefix(prefix) MarkGUCPrefixReserved(prefix)
+#error "dlock needs PostgreSQL 15 or later"
 #endif
 
 /*
- * The wait event shown in pg_stat_activity while an acquire waits.  Custom
- * wait event names (DlockLeaseWait) need PostgreSQL 17; before that the
- * generic "Extension" event is all an extension can report.
+ * DlockWaitEvent returns the wait event shown in pg_stat_activity while an
+ * acquire waits: "DlockLeaseWait" (type Extension) from PostgreSQL 17 on,
+ * registered on first use; before 17 an extension can only report the
+ * generic "Extension".
  */
-#define DLOCK_WAIT_EVENT PG_WAIT_EXTENSION
+#define DLOCK_WAIT_EVENT_NAME	"DlockLeaseWait"
 
-/*
- * shmem_request_hook arrived in 15; before it, shared memory is requested
- * directly from _PG_init.
- */
-#define DLOCK_HAVE_SHMEM_REQUEST_HOOK (PG_VERSION_NUM >= 150000)
+#if PG_VERSION_NUM >= 170000
+static inline uint32
+DlockWaitEvent(void)
+{
+	static uint32 wait_event = 0;
+
+	if (wait_event == 0)
+		wait_event = WaitEventExtensionNew(DLOCK_WAIT_EVENT_NAME);
+	Assert(wait_event != 0);
+	return wait_event;
+}
+#else
+#define DlockWaitEvent()		((uint32) PG_WAIT_EXTENSION)
+#endif
 
 /* This backend's PGPROC number, and the latch of the PGPROC numbered n. */
 #if PG_VERSION_NUM >= 170000
@@ -51,6 +65,39 @@
 #define DlockMyProcNumber()		(MyProc->pgprocno)
 #endif
 #define DlockProcLatch(n)		(&GetPGProcByNumber(n)->procLatch)
+
+/*
+ * index_beginscan gained an instrumentation argument in PostgreSQL 18
+ * (NULL: no EXPLAIN ANALYZE counts).
+ */
+#if PG_VERSION_NUM >= 180000
+#define DlockIndexBeginScan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), NULL, (nkeys), (norderbys))
+#else
+#define DlockIndexBeginScan(heap, index, snapshot, nkeys, norderbys) \
+	index_beginscan((heap), (index), (snapshot), (nkeys), (norderbys))
+#endif
+
+/*
+ * RelationGetPrimaryKeyIndex can skip a deferrable primary key from
+ * PostgreSQL 18 on; dlock's is never deferrable, and the lookup by key
+ * needs an immediate one.
+ */
+#if PG_VERSION_NUM >= 180000
+#define DlockPrimaryKeyIndex(rel)	RelationGetPrimaryKeyIndex((rel), false)
+#else
+#define DlockPrimaryKeyIndex(rel)	RelationGetPrimaryKeyIndex(rel)
+#endif
+
+/*
+ * LockHeldByMe takes whether a stronger mode counts from PostgreSQL 17 on
+ * (dlock's locks are taken in one mode only).
+ */
+#if PG_VERSION_NUM >= 170000
+#define DlockLockHeldByMe(tag, mode)	LockHeldByMe((tag), (mode), false)
+#else
+#define DlockLockHeldByMe(tag, mode)	LockHeldByMe((tag), (mode))
+#endif
 
 /*
  * table_tuple_update reports whether the new version needs index entries:

@@ -51,7 +51,7 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
-	DlockReserveGucPrefix("dlock");
+	MarkGUCPrefixReserved("dlock");
 
 	DlockShmemInit();
 }

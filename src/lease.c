@@ -357,6 +357,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 								   &args);
 	if (!granted)
 		PG_RETURN_NULL();
+	Assert(args.token > 0);
 	DlockWakeAtXactEnd(args.lock_name);
 	PG_RETURN_INT64(args.token);
 }

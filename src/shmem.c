@@ -46,10 +46,7 @@
 DlockShared *DlockShmem = NULL;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-#if DLOCK_HAVE_SHMEM_REQUEST_HOOK
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
-#endif
 
 /*
  * shmem_nslots returns the number of waiter slots: one per PGPROC.
@@ -77,10 +74,8 @@ shmem_size(void)
 static void
 shmem_request(void)
 {
-#if DLOCK_HAVE_SHMEM_REQUEST_HOOK
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-#endif
 	RequestAddinShmemSpace(shmem_size());
 	RequestNamedLWLockTranche("dlock", 1);
 }
@@ -124,12 +119,8 @@ DlockShmemInit(void)
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 
-#if DLOCK_HAVE_SHMEM_REQUEST_HOOK
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = shmem_request;
-#else
-	shmem_request();
-#endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = shmem_startup;
 }

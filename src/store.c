@@ -231,6 +231,10 @@ typedef struct DlockStoreSession
 	int			save_sec_context;
 } DlockStoreSession;
 
+/* Whether the current code runs as the lease table's owner (store_begin). */
+#define STORE_AS_OWNER() \
+	(InLocalUserIdChange() && GetUserId() == store_cache.owner)
+
 /*
  * store_relcache_callback marks the cache stale when the lease table's
  * relcache entry is invalidated (or all entries are).  It only flips a
@@ -405,6 +409,7 @@ store_spi(void)
 static void
 store_begin(Oid fn_oid, DlockStoreSession *session)
 {
+	Assert(IsTransactionState());
 	store_spi_connected = false;
 	if (!store_cache_current(fn_oid))
 	{
@@ -412,6 +417,8 @@ store_begin(Oid fn_oid, DlockStoreSession *session)
 		store_prepare_cache(fn_oid);
 	}
 
+	Assert(store_cache.valid || store_spi_connected);
+	Assert(OidIsValid(store_cache.owner) && OidIsValid(store_cache.leaserelid));
 	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
 	SetUserIdAndSecContext(store_cache.owner,
 						   session->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
@@ -424,6 +431,7 @@ store_begin(Oid fn_oid, DlockStoreSession *session)
 static void
 store_end(DlockStoreSession *session)
 {
+	Assert(STORE_AS_OWNER());
 	SetUserIdAndSecContext(session->save_userid, session->save_sec_context);
 	if (store_spi_connected)
 	{
@@ -454,6 +462,8 @@ store_exec(DlockStmt id, Datum *values, int expected)
 	int			rc = 0;
 	int			save_iso = XactIsoLevel;
 
+	Assert(id >= 0 && id < NUM_STMTS && store_cache.plans[id] != NULL);
+	Assert(STORE_AS_OWNER());
 	store_spi();
 	XactIsoLevel = XACT_READ_COMMITTED;
 	PG_TRY();
@@ -510,6 +520,7 @@ flush_token_wal(void)
 	Buffer		buf = ReadBuffer(seqrel, 0);
 	XLogRecPtr	lsn;
 
+	Assert(seqrel->rd_rel->relkind == RELKIND_SEQUENCE);
 	LockBuffer(buf, BUFFER_LOCK_SHARE);
 	lsn = PageGetLSN(BufferGetPage(buf));
 	UnlockReleaseBuffer(buf);
@@ -642,7 +653,7 @@ bad:
 static Relation
 lease_pkey_open(Relation rel, LOCKMODE lockmode)
 {
-	Oid			pkey = RelationGetPrimaryKeyIndex(rel);
+	Oid			pkey = DlockPrimaryKeyIndex(rel);
 
 	if (!OidIsValid(pkey))
 		ereport(ERROR,
@@ -667,7 +678,7 @@ lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 
 	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
-	scan = index_beginscan(rel, idx, snapshot, 1, 0);
+	scan = DlockIndexBeginScan(rel, idx, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	index_endscan(scan);
@@ -685,6 +696,9 @@ lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 static void
 lease_open(LeaseAccess *la)
 {
+	/* direct access changes leases as the owner, with READ COMMITTED rules */
+	Assert(STORE_AS_OWNER());
+	Assert(XactIsoLevel == XACT_READ_COMMITTED);
 	la->rel = table_open(store_cache.leaserelid, RowExclusiveLock);
 	if (la->rel->trigdesc != NULL ||
 		(la->rel->rd_att->constr != NULL && la->rel->rd_att->constr->num_check > 0) ||
@@ -724,11 +738,14 @@ lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
 	int			i;
 
 	slot_getallattrs(la->slot);
+	Assert(ItemPointerIsValid(&la->slot->tts_tid));
 	row->tid = la->slot->tts_tid;
 	for (i = 0; i < LEASE_NATTS; i++)
 	{
 		row->values[i] = la->slot->tts_values[i];
 		row->isnull[i] = la->slot->tts_isnull[i];
+		/* every column is NOT NULL (lease_check_desc) */
+		Assert(!row->isnull[i]);
 	}
 }
 
@@ -796,6 +813,8 @@ lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
 	TM_Result	res;
 	int			i;
 
+	Assert(ItemPointerIsValid(&row->tid));
+	Assert(snapshot != NULL && IsMVCCSnapshot(snapshot));
 	ExecClearTuple(la->newslot);
 	for (i = 0; i < LEASE_NATTS; i++)
 	{
@@ -894,7 +913,10 @@ take_direct(AcquireOp *a)
 		 * it is still ended.  Take it.
 		 */
 		lease_row_from_slot(&la, &row);
+		Assert(!lease_row_live(&row, a->now));
 		a->token = nextval_internal(store_cache.seqrelid, true);
+		/* tokens of a name only grow: one sequence, drawn after the last grant */
+		Assert(a->token > DatumGetInt64(row.values[ATT_TOKEN - 1]));
 		row.values[ATT_TOKEN - 1] = Int64GetDatum(a->token);
 		row.values[ATT_OWNER - 1] = a->values[3];
 		row.values[ATT_HOLDER_ROLE - 1] = a->values[4];
@@ -954,6 +976,9 @@ change_direct(ChangeOp *c)
 			break;
 		}
 
+		Assert(lease_row_live(&row, now));
+		Assert(c->kind == CHANGE_BREAK ||
+			   DatumGetInt64(row.values[ATT_TOKEN - 1]) == c->token);
 		if (c->kind == CHANGE_RENEW)
 		{
 			row.values[ATT_RENEWED_AT - 1] = c->now;
@@ -1098,9 +1123,11 @@ acquire_op(void *arg)
 		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
 			return false;		/* another session is creating the name */
 
+		Assert(DlockLockHeldByMe(&tag, ExclusiveLock));
 		if (store_exec(STMT_INSERT, a->values, SPI_OK_INSERT_RETURNING) == 1)
 		{
 			a->token = DatumGetInt64(store_result_datum(1, &isnull));
+			Assert(!isnull && a->token > 0);
 			token_granted();
 			return true;
 		}
@@ -1299,10 +1326,16 @@ DlockStoreTokenInit(Oid fn_oid)
 static void
 fence_read_direct(text *lock_name, DlockFenceLease *lease)
 {
-	Relation	rel = table_open(store_cache.leaserelid, AccessShareLock);
-	Relation	idx = lease_pkey_open(rel, AccessShareLock);
-	Snapshot	snap = RegisterSnapshot(GetLatestSnapshot());
-	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+
+	Assert(OidIsValid(store_cache.leaserelid));
+	rel = table_open(store_cache.leaserelid, AccessShareLock);
+	idx = lease_pkey_open(rel, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
 
 	lease->found = lease_lookup(rel, idx, snap, lock_name, slot);
 	if (lease->found)
@@ -1312,6 +1345,7 @@ fence_read_direct(text *lock_name, DlockFenceLease *lease)
 		lease->token = DatumGetInt64(slot_getattr(slot, ATT_TOKEN, &isnull));
 		lease->expires_at = DatumGetTimestampTz(slot_getattr(slot, ATT_EXPIRES_AT, &isnull));
 		lease->released = DatumGetBool(slot_getattr(slot, ATT_RELEASED, &isnull));
+		Assert(!isnull);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);

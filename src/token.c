@@ -92,6 +92,7 @@
 #include "storage/lwlock.h"
 #include "utils/fmgrprotos.h"
 
+#include "compat.h"
 #include "dlock.h"
 
 /* field4 of the token lock's tag (the name locks use 0xD10C) */
@@ -105,6 +106,29 @@ static struct
 	TimeLineID	tli;
 	bool		boot_done;		/* the boot jump covers this database */
 } token_state;
+
+/*
+ * token_locktag fills tag with the token lock of the current database.
+ */
+static void
+token_locktag(LOCKTAG *tag)
+{
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, 0, 0, DLOCK_TOKEN_LOCK_CLASS);
+}
+
+#ifdef USE_ASSERT_CHECKING
+/*
+ * token_lock_held reports whether this backend holds the token lock.
+ */
+static bool
+token_lock_held(void)
+{
+	LOCKTAG		tag;
+
+	token_locktag(&tag);
+	return DlockLockHeldByMe(&tag, ExclusiveLock);
+}
+#endif
 
 /*
  * token_identity returns the 63-bit hash of the identity that issues
@@ -161,9 +185,11 @@ seq_last_value(Oid seqrelid)
 static void
 seq_set_durably(Oid seqrelid, int64 value)
 {
+	Assert(!RecoveryInProgress());
 	DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seqrelid),
 						Int64GetDatum(value), BoolGetDatum(true));
 	XLogFlush(XactLastRecEnd);
+	Assert(seq_last_value(seqrelid) == value);
 }
 
 /*
@@ -234,8 +260,11 @@ static void
 token_jump(Oid seqrelid)
 {
 	int64		last = seq_last_value(seqrelid);
+	int64		target = next_jump(Max(last, 0)) - 1;
 
-	seq_set_durably(seqrelid, next_jump(Max(last, 0)) - 1);
+	/* a jump only ever moves the sequence forward */
+	Assert(target >= last);
+	seq_set_durably(seqrelid, target);
 }
 
 /*
@@ -246,8 +275,12 @@ token_jump(Oid seqrelid)
 static bool
 token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 {
-	int64		origin = seq_last_value(originrelid);
-	BootState	boot = DlockShmem != NULL ? boot_state(false) : BOOT_NO_ROOM;
+	int64		origin;
+	BootState	boot;
+
+	Assert(token_lock_held());
+	origin = seq_last_value(originrelid);
+	boot = DlockShmem != NULL ? boot_state(false) : BOOT_NO_ROOM;
 
 	if (origin != identity)
 	{
@@ -284,6 +317,9 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
 	LOCKTAG		tag;
 	volatile bool boot_done = false;
 
+	/* store.c calls this as the extension's owner, on a primary */
+	Assert(InLocalUserIdChange());
+	Assert(!RecoveryInProgress());
 	if (!OidIsValid(originrelid))
 	{
 		token_state.checked = false;
@@ -295,7 +331,7 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
 		return;
 
 	token_state.checked = false;
-	SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, 0, 0, DLOCK_TOKEN_LOCK_CLASS);
+	token_locktag(&tag);
 	(void) LockAcquire(&tag, ExclusiveLock, true, false);
 	PG_TRY();
 	{

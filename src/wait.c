@@ -32,7 +32,8 @@
  * of the lease it saw if that comes first, never past its deadline.
  *
  * All sleeps are WaitLatch on the process latch (no CPU, no busy loop)
- * with the DLOCK_WAIT_EVENT wait event.  Query cancel, statement_timeout
+ * with dlock's wait event (DlockWaitEvent: DlockLeaseWait from PostgreSQL
+ * 17 on, the generic Extension before).  Query cancel, statement_timeout
  * and termination set the latch and are served by CHECK_FOR_INTERRUPTS();
  * postmaster death ends the process (WL_EXIT_ON_PM_DEATH).  A waiter gives
  * up its slot on every way out: normally, on ERROR (PG_FINALLY), and on
@@ -95,6 +96,7 @@ queue_head_locked(uint64 hash)
 	uint64		best = PG_UINT64_MAX;
 	int			i;
 
+	Assert(LWLockHeldByMe(DlockShmem->lock));
 	for (i = 0; i < DlockShmem->nslots; i++)
 	{
 		DlockWaiter *w = &DlockShmem->slots[i];
@@ -150,9 +152,14 @@ wake_all_waiters(void)
 static void
 queue_join(uint64 hash)
 {
-	DlockWaiter *me = &DlockShmem->slots[DlockMyProcNumber()];
+	DlockWaiter *me;
 
+	Assert(!slot_taken);
+	Assert(DlockMyProcNumber() >= 0 && DlockMyProcNumber() < DlockShmem->nslots);
+	me = &DlockShmem->slots[DlockMyProcNumber()];
 	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	/* only this backend takes its own slot, and it gave it up last time */
+	Assert(!me->in_use);
 	me->hash = hash;
 	me->ticket = DlockShmem->next_ticket++;
 	me->in_use = true;
@@ -176,6 +183,9 @@ queue_leave(bool wake_next)
 		return;
 	me = &DlockShmem->slots[DlockMyProcNumber()];
 	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	Assert(me->in_use);
+	/* the slot is counted in its bucket from queue_join until now */
+	Assert(pg_atomic_read_u32(BUCKET_OF(me->hash)) > 0);
 	me->in_use = false;
 	pg_atomic_fetch_sub_u32(BUCKET_OF(me->hash), 1);
 	slot_taken = false;
@@ -195,6 +205,7 @@ queue_is_head(uint64 hash)
 {
 	int			head;
 
+	Assert(slot_taken && DlockShmem->slots[DlockMyProcNumber()].hash == hash);
 	LWLockAcquire(DlockShmem->lock, LW_SHARED);
 	head = queue_head_locked(hash);
 	LWLockRelease(DlockShmem->lock);
@@ -222,11 +233,13 @@ sleep_until(TimestampTz wake_at)
 {
 	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake_at);
 
+	/* nothing that could block another backend is held while sleeping */
+	Assert(DlockShmem == NULL || !LWLockHeldByMe(DlockShmem->lock));
 	if (ms > 0)
 	{
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 ms, DLOCK_WAIT_EVENT);
+						 ms, DlockWaitEvent());
 		ResetLatch(MyLatch);
 	}
 	CHECK_FOR_INTERRUPTS();
@@ -333,6 +346,7 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 	}
 	PG_END_TRY();
 
+	Assert(!slot_taken);
 	return granted;
 }
 
@@ -348,6 +362,8 @@ DlockWaitAcquire(text *lock_name, TimestampTz deadline, DlockAttemptFn attempt,
 {
 	uint64		hash;
 
+	Assert(IsTransactionState());
+	Assert(!slot_taken);
 	if (DlockShmem == NULL)
 		return wait_polling(deadline, attempt, arg);
 
@@ -409,6 +425,7 @@ DlockWakeAtXactEnd(text *lock_name)
 	uint64		hash;
 	int			i;
 
+	Assert(IsTransactionState());
 	if (DlockShmem == NULL || pending_wake_all)
 		return;
 	if (!xact_callback_registered)

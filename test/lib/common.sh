@@ -10,15 +10,25 @@
 # Source it from bash; it defines functions and variables, nothing runs.
 
 DLOCK_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PG_MAJOR=15
-PG_BINDIR=/usr/lib/postgresql/$PG_MAJOR/bin
-PG_CONFIG=${PG_CONFIG:-$PG_BINDIR/pg_config}
 DLOCK_RUN_USER=postgres
 
-# The Debian packages the two commands need.
+# The server to build for and test against (test/pg-server): 15 is
+# Debian's binary packages; 15-assert, 17-assert and 18-assert are
+# assertion-enabled builds from Debian's source packages.  PG_CONFIG, when
+# set, names a server directly and wins.  dlock_select_server sets
+# PG_CONFIG, PG_BINDIR, PG_MAJOR and PGXS_DIR.
+DLOCK_PG=${DLOCK_PG:-15}
+PG_CONFIG=${PG_CONFIG:-}
+PG_BINDIR=
+PG_MAJOR=
+PGXS_DIR=
+
+# The Debian packages the two commands need.  Debian's PostgreSQL 15 is
+# always there: it is the default server, and the pg_upgrade test upgrades
+# from it.
 DLOCK_PACKAGES=(
     make gcc
-    "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" "postgresql-$PG_MAJOR-pgtap"
+    postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
     pgbouncer
 )
@@ -41,6 +51,23 @@ dlock_ensure_packages() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q </dev/null || dlock_die "apt-get update failed"
     apt-get install -y -q "${missing[@]}" </dev/null || dlock_die "apt-get install failed"
+}
+
+# dlock_select_server finds (building it when needed: test/pg-server) the
+# server DLOCK_PG names, unless PG_CONFIG is set, and sets PG_CONFIG,
+# PG_BINDIR, PG_MAJOR (15, 17, ...) and PGXS_DIR (where pg_regress,
+# pg_isolation_regress and the Perl test modules are).  Call it after
+# dlock_ensure_packages.
+dlock_select_server() {
+    if [ -z "$PG_CONFIG" ]; then
+        PG_CONFIG=$("$DLOCK_TOP/test/pg-server" pg-config "$DLOCK_PG") ||
+            dlock_die "no PostgreSQL server '$DLOCK_PG'"
+    fi
+    PG_BINDIR=$("$PG_CONFIG" --bindir) || dlock_die "$PG_CONFIG does not run"
+    PG_MAJOR=$("$PG_CONFIG" --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+    PGXS_DIR=$("$PG_CONFIG" --pkglibdir)/pgxs
+    [ -n "$PG_MAJOR" ] || dlock_die "cannot tell the version of $PG_CONFIG"
+    export PG_CONFIG
 }
 
 # dlock_run_as_pg runs a command as the postgres user (directly when we

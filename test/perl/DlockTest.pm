@@ -13,7 +13,18 @@ use Test::More;
 # Exported by default, so their names must not clash with the subs of any
 # test file (bg_* for background sessions).
 our @EXPORT = qw(psql_error sqlstate_of fails_with lease_rows
-  bg_session bg_start bg_finish bg_close crash_lines to_logging_call);
+  bg_session bg_start bg_finish bg_close crash_lines to_logging_call
+  dlock_wait_event);
+
+# dlock_wait_event($node) returns the wait_event pg_stat_activity shows for
+# a backend waiting in dlock_acquire on $node (its wait_event_type is
+# 'Extension'): 'DlockLeaseWait' from PostgreSQL 17 on, where extensions
+# can name their wait events, and the generic 'Extension' before.
+sub dlock_wait_event
+{
+	my ($node) = @_;
+	return $node->pg_version >= 17 ? 'DlockLeaseWait' : 'Extension';
+}
 
 # psql_error($node, $sql) runs $sql on $node's postgres database with
 # VERBOSITY verbose, not stopping at an error, and returns psql's stdout

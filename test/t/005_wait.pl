@@ -7,9 +7,11 @@
 #
 # Node "dlock_wait" has shared_preload_libraries = 'dlock'.  Every waiter is
 # a background psql session whose backend pid is known; a waiter counts as
-# queued once pg_stat_activity shows it in wait_event_type/wait_event
-# 'Extension' (wait.c sleeps on its latch with PG_WAIT_EXTENSION only after
-# joining the queue).  Waiters are started one at a time, each only once the
+# queued once pg_stat_activity shows it in dlock's wait event (wait.c
+# sleeps on its latch only after joining the queue): wait_event_type
+# 'Extension' and wait_event 'DlockLeaseWait' from PostgreSQL 17 on,
+# 'Extension' before (dlock_wait_event in DlockTest.pm).  So every step
+# below also checks the wait event's name, and step 1 checks it alone.  Waiters are started one at a time, each only once the
 # one before it is seen waiting, so their arrival order is known.
 #
 #   1. FIFO: ten waiters queue on one held name (wait '60 s').  The holder
@@ -40,7 +42,7 @@
 #      that lock (see the comment of that part).
 #   7. Node "dlock_nopreload" has no preload: waiting polls.  A waiter with
 #      wait '10 s' gets a token after the holder releases and shows the
-#      same 'Extension' wait event while it sleeps; a waiter with wait
+#      same wait event while it sleeps; a waiter with wait
 #      '300 ms' on a held lease returns NULL.
 #
 # Every wait is bounded: poll_query_until gives up after
@@ -77,11 +79,13 @@ is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 
 # waiting_sql is a query counting the backends among @pids that wait in
 # dlock (all of them when @pids is empty).
+my $wait_event = dlock_wait_event($node);
+
 sub waiting_sql
 {
 	my @pids = @_;
-	my $sql = q{SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Extension' AND wait_event = 'Extension'};
+	my $sql = qq{SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Extension' AND wait_event = '$wait_event'};
 	$sql .= ' AND pid IN (' . join(', ', @pids) . ')' if @pids;
 	return $sql;
 }
@@ -190,6 +194,13 @@ $node->safe_psql('postgres',
 	queue_waiters($node, 'fifo', take_and_release('fifo'), @w);
 	wait_for_waiters($node, 10, 'fifo: all ten are waiting at once',
 		map { $_->{pid} } @w);
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT DISTINCT wait_event_type || '/' || wait_event FROM pg_stat_activity WHERE pid = $w[0]->{pid}"
+		),
+		"Extension/$wait_event",
+		'fifo: a waiter shows wait event Extension/' . $wait_event
+		  . ' (PostgreSQL ' . $node->pg_version->major . ')');
 	is( $node->safe_psql(
 			'postgres', "SELECT token FROM dlock_leases WHERE lock_name = 'fifo'"),
 		$held,
@@ -505,7 +516,7 @@ is($plain->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	my $w = bg_session($plain, 'poll');
 	bg_start($w, "SELECT dlock_acquire('poll', '1 min', '10 s');");
 	wait_for_waiters($plain, 1,
-		'no preload: the waiter shows the Extension wait event', $w->{pid});
+		"no preload: the waiter shows the $wait_event wait event", $w->{pid});
 	release($plain, 'poll', $held);
 	my ($out, $state) = bg_finish($w);
 	like($out, qr/\A[0-9]+\z/,
