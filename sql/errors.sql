@@ -77,7 +77,10 @@ SET ROLE dlock_plain;
 SET dlock.max_ttl = '30d';
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+-- (only the SQLSTATE: the message's wording of the range differs by version)
+\set VERBOSITY sqlstate
 SET dlock.max_ttl = 0;
+\set VERBOSITY default
 \echo :LAST_ERROR_SQLSTATE
 
 -- negative wait: 22023

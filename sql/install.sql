@@ -6,12 +6,18 @@
 CREATE SCHEMA "Lease Schema";
 CREATE EXTENSION dlock SCHEMA "Lease Schema";
 
--- every member object lives in the chosen schema
+-- every member object lives in the chosen schema (the row types of its
+-- table and view, and their array types, are members too from PostgreSQL
+-- 17 on, but not on 15: they are left out, as they come and go with their
+-- relations)
 SELECT pg_describe_object(classid, objid, objsubid) AS member
   FROM pg_depend
  WHERE refclassid = 'pg_extension'::regclass
    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dlock')
    AND deptype = 'e'
+   AND NOT EXISTS (SELECT 1 FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem
+                    WHERE classid = 'pg_type'::regclass AND t.oid = objid
+                      AND (t.typrelid <> 0 OR e.typrelid <> 0))
  ORDER BY 1;
 
 -- the table and the sequence are dumped with the database

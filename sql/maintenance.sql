@@ -66,6 +66,20 @@ SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1
 ALTER TABLE dlock_lease DROP CONSTRAINT short_names;
 SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1'), '1 hour') AS renewed;
 
+-- a token sequence set back behind the table (a superuser's setval, or a
+-- copy of the table whose sequence stayed behind): a takeover does not
+-- hand out a token at or below the row's, the sequence jumps past it
+-- (with a WARNING) and later grants count on from there
+SELECT dlock_release('m:2', (SELECT token FROM dlock_leases WHERE lock_name = 'm:2')) AS released;
+SELECT token AS m2_token FROM dlock_leases WHERE lock_name = 'm:2' \gset
+SELECT setval('dlock_token_seq', 1) AS set_back;
+\set VERBOSITY terse
+SELECT dlock_acquire('m:2', '1 hour') AS m2_new \gset
+\set VERBOSITY default
+SELECT :m2_new > :m2_token AS above_the_row,
+       :m2_new > extract(epoch FROM now() - timestamptz '2000-01-01 00:00:00+00') * 1000000 - 3600e6 AS near_the_clock;
+SELECT dlock_acquire('m:new', '1 hour') > :m2_new AS next_grant_above;
+
 DROP FUNCTION audit_lease();
 DROP INDEX dlock_lease_expires;
 DROP EXTENSION amcheck;

@@ -32,7 +32,8 @@ SELECT dlock_release('upgrade:b', :b_token) AS b_released;
 -- the updated extension has exactly the objects, grants and dump
 -- configuration of a fresh install
 -- (the members with their grants and comments, and the dump configuration,
--- of whatever dlock is installed when they are read)
+-- of whatever dlock is installed when they are read; relation row types,
+-- members only from PostgreSQL 17 on, are left out as in install.sql)
 CREATE TEMP VIEW ext_members AS
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
        COALESCE(c.relacl::text, p.proacl::text) AS acl,
@@ -42,7 +43,10 @@ SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
   LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
  WHERE d.refclassid = 'pg_extension'::regclass
    AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dlock')
-   AND d.deptype = 'e';
+   AND d.deptype = 'e'
+   AND NOT EXISTS (SELECT 1 FROM pg_type t LEFT JOIN pg_type e ON e.oid = t.typelem
+                    WHERE d.classid = 'pg_type'::regclass AND t.oid = d.objid
+                      AND (t.typrelid <> 0 OR e.typrelid <> 0));
 CREATE TEMP VIEW ext_config AS
 SELECT u.relid::regclass::text AS rel, u.cond
   FROM pg_extension e, unnest(e.extconfig, e.extcondition) u(relid, cond)

@@ -9,8 +9,9 @@
  *
  * Concurrency: none; this header only renames things.  DlockWaitEvent()
  * registers dlock's wait event on first use (PostgreSQL 17 and later),
- * which takes core's WaitEventCustomLock (or, in 17,
- * WaitEventExtensionLock) briefly, once per backend.
+ * which takes core's WaitEventCustomLock briefly, once per backend, before
+ * the first sleep.  It can raise (too many custom wait events in the
+ * cluster); it is called with no lock of dlock's held.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -56,6 +57,27 @@ DlockWaitEvent(void)
 }
 #else
 #define DlockWaitEvent()		((uint32) PG_WAIT_EXTENSION)
+#endif
+
+/*
+ * A function that never returns: pg_noreturn from PostgreSQL 18 on (C11's
+ * _Noreturn), pg_attribute_noreturn() before.  Written among the
+ * declaration specifiers: static DLOCK_NORETURN void f(...).
+ */
+#if PG_VERSION_NUM >= 180000
+#define DLOCK_NORETURN	pg_noreturn
+#else
+#define DLOCK_NORETURN	pg_attribute_noreturn()
+#endif
+
+/*
+ * Whether an interval is finite: PostgreSQL 17 added 'infinity' and
+ * '-infinity' intervals; before, every interval is finite.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DlockIntervalIsFinite(iv)	(!INTERVAL_NOT_FINITE(iv))
+#else
+#define DlockIntervalIsFinite(iv)	((void) (iv), true)
 #endif
 
 /* This backend's PGPROC number, and the latch of the PGPROC numbered n. */

@@ -88,6 +88,7 @@ extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 /* token.c: token jumps (called by store.c, as the extension's owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
 extern bool DlockTokenNeedsFlush(void);
+extern bool DlockTokenJumpPast(Oid seqrelid, int64 floor);
 extern void DlockTokenForget(void);
 extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 

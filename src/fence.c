@@ -74,6 +74,7 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "dlock.h"
 
 PG_FUNCTION_INFO_V1(dlock_fence);
@@ -101,8 +102,7 @@ typedef struct FenceConfig
 /*
  * fence_bad_argument raises 22023 for a trigger argument that cannot work.
  */
-static void
-pg_attribute_noreturn()
+static DLOCK_NORETURN void
 fence_bad_argument(Trigger *trigger, Relation rel, const char *msg,
 				   const char *detail)
 {
@@ -300,8 +300,7 @@ fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
  * fence_reject raises the fencing rejection (55T01) for a write to rel
  * under lock lock_name; detail says why.
  */
-static void
-pg_attribute_noreturn()
+static DLOCK_NORETURN void
 fence_reject(Relation rel, text *lock_name, const char *detail)
 {
 	ereport(ERROR,

@@ -41,6 +41,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "compat.h"
 #include "dlock.h"
 
 PG_FUNCTION_INFO_V1(dlock_acquire);
@@ -118,9 +119,24 @@ interval_text(Interval *iv)
 }
 
 /*
+ * check_finite raises 22023 when iv, the argument argname, is 'infinity' or
+ * '-infinity' (intervals that PostgreSQL 17 and later accept): a lease, a
+ * wait and a purge horizon are all finite.
+ */
+static void
+check_finite(Interval *iv, const char *argname)
+{
+	if (!DlockIntervalIsFinite(iv))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be a finite interval", argname),
+				 errdetail("The %s given is \"%s\".", argname, interval_text(iv))));
+}
+
+/*
  * get_ttl returns argument argno as a ttl, raising 22004 for NULL and 22023
- * for a ttl that is not positive or longer than dlock.max_ttl.  It is only
- * checked here; lease_expiry applies it.
+ * for a ttl that is infinite, not positive or longer than dlock.max_ttl.
+ * It is only checked here; lease_expiry applies it.
  */
 static Interval *
 get_ttl(FunctionCallInfo fcinfo, int argno)
@@ -131,6 +147,7 @@ get_ttl(FunctionCallInfo fcinfo, int argno)
 
 	arg_not_null(fcinfo, argno, "ttl");
 	ttl = PG_GETARG_INTERVAL_P(argno);
+	check_finite(ttl, "ttl");
 	if (DatumGetBool(DirectFunctionCall2(interval_le, IntervalPGetDatum(ttl),
 										 IntervalPGetDatum(&zero))))
 		ereport(ERROR,
@@ -337,6 +354,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	args.ttl = get_ttl(fcinfo, 1);
 	arg_not_null(fcinfo, 2, "wait");
 	wait = PG_GETARG_INTERVAL_P(2);
+	check_finite(wait, "wait");
 	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(wait),
 										 IntervalPGetDatum(&zero))))
 		ereport(ERROR,
@@ -460,6 +478,7 @@ dlock_purge(PG_FUNCTION_ARGS)
 	check_writable("dlock_purge");
 	arg_not_null(fcinfo, 0, "older_than");
 	older_than = PG_GETARG_INTERVAL_P(0);
+	check_finite(older_than, "older_than");
 	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
 										 IntervalPGetDatum(&zero))))
 		ereport(ERROR,

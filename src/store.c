@@ -11,9 +11,10 @@
  * index entry added when an update is not HOT ("Direct access" below).
  * The rest (creating a name's first row, the 'live' fence's lock, purge)
  * are SQL statements prepared once per backend through SPI, kept with
- * SPI_keepplan and run with a fresh snapshot (store_exec).  Both run with
+ * SPI_keepplan and run with a fresh snapshot (store_exec).  Both follow
  * READ COMMITTED rules, so a call sees and changes the leases as they are
- * now even inside a REPEATABLE READ transaction.  All of it runs as the
+ * now even inside a REPEATABLE READ transaction (in a SERIALIZABLE one, a
+ * statement that meets a concurrent change raises 40001: store_exec).  All of it runs as the
  * owner of the lease table (the extension's owner) under
  * SECURITY_LOCAL_USERID_CHANGE: the table and the sequences stay private,
  * and callers reach them only through these functions.  All SQL is
@@ -446,26 +447,34 @@ store_end(DlockStoreSession *session)
  * and returns the number of rows it produced (at most one).  The result, if
  * any, is in SPI_tuptable.
  *
- * The statement runs with READ COMMITTED rules whatever the caller's
- * isolation level: a lease decision is about the latest committed state, so
- * when a row it must update or lock was changed concurrently (say, a renew
- * that waited for an uncommitted break, or a live-mode fence that waited
- * for a takeover), the executor follows the row to its newest version and
- * rechecks it, where under REPEATABLE READ it would raise 40001 instead.
- * XactIsoLevel is switched only around the statement and restored on every
- * exit; SSI's tracking of a SERIALIZABLE transaction is not affected (it
- * does not depend on XactIsoLevel).
+ * In a READ COMMITTED or REPEATABLE READ transaction the statement runs
+ * with READ COMMITTED rules: a lease decision is about the latest committed
+ * state, so when a row it must lock was changed concurrently (a live-mode
+ * fence that waited for a takeover), the executor follows the row to its
+ * newest version and rechecks it, where under REPEATABLE READ it would
+ * raise 40001 instead.  XactIsoLevel is switched only around the statement
+ * and restored on every exit.  Nothing the statement runs asks for the
+ * transaction snapshot (SPI runs it on the snapshot given), which the
+ * switch would otherwise replace with a new one (GetTransactionSnapshot
+ * under READ COMMITTED); the assertion below checks that.
+ *
+ * A SERIALIZABLE transaction keeps its level: SSI's conflict checks call
+ * GetTransactionSnapshot, and under a switched level that would replace
+ * the transaction's snapshot.  So there a statement that meets a
+ * concurrently changed row raises 40001 (could not serialize access),
+ * which a SERIALIZABLE caller retries anyway.
+ *
+ * store_exec_rules runs the statement with those rules and returns SPI's
+ * result code; store_exec checks the result.
  */
-static uint64
-store_exec(DlockStmt id, Datum *values, int expected)
+static int
+store_exec_rules(DlockStmt id, Datum *values)
 {
 	int			rc = 0;
 	int			save_iso = XactIsoLevel;
 
-	Assert(id >= 0 && id < NUM_STMTS && store_cache.plans[id] != NULL);
-	Assert(STORE_AS_OWNER());
-	store_spi();
-	XactIsoLevel = XACT_READ_COMMITTED;
+	if (XactIsoLevel == XACT_REPEATABLE_READ)
+		XactIsoLevel = XACT_READ_COMMITTED;
 	PG_TRY();
 	{
 		rc = SPI_execute_snapshot(store_cache.plans[id], values, NULL,
@@ -477,6 +486,34 @@ store_exec(DlockStmt id, Datum *values, int expected)
 		XactIsoLevel = save_iso;
 	}
 	PG_END_TRY();
+	return rc;
+}
+
+/* store_exec: see above. */
+static uint64
+store_exec(DlockStmt id, Datum *values, int expected)
+{
+	int			rc;
+
+#ifdef USE_ASSERT_CHECKING
+	TransactionId xact_xmin = InvalidTransactionId;
+	TransactionId xact_xmax = InvalidTransactionId;
+
+	if (FirstSnapshotSet && IsolationUsesXactSnapshot())
+	{
+		xact_xmin = GetTransactionSnapshot()->xmin;
+		xact_xmax = GetTransactionSnapshot()->xmax;
+	}
+#endif
+
+	Assert(id >= 0 && id < NUM_STMTS && store_cache.plans[id] != NULL);
+	Assert(STORE_AS_OWNER());
+	store_spi();
+	rc = store_exec_rules(id, values);
+	/* the caller's transaction snapshot is the one it had */
+	Assert(!TransactionIdIsValid(xact_xmin) ||
+		   (GetTransactionSnapshot()->xmin == xact_xmin &&
+			GetTransactionSnapshot()->xmax == xact_xmax));
 	if (rc != expected)
 		elog(ERROR, "dlock statement %d returned %s", (int) id,
 			 SPI_result_code_string(rc));
@@ -696,9 +733,8 @@ lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 static void
 lease_open(LeaseAccess *la)
 {
-	/* direct access changes leases as the owner, with READ COMMITTED rules */
+	/* direct access changes leases as the owner */
 	Assert(STORE_AS_OWNER());
-	Assert(XactIsoLevel == XACT_READ_COMMITTED);
 	la->rel = table_open(store_cache.leaserelid, RowExclusiveLock);
 	if (la->rel->trigdesc != NULL ||
 		(la->rel->rd_att->constr != NULL && la->rel->rd_att->constr->num_check > 0) ||
@@ -915,7 +951,19 @@ take_direct(AcquireOp *a)
 		lease_row_from_slot(&la, &row);
 		Assert(!lease_row_live(&row, a->now));
 		a->token = nextval_internal(store_cache.seqrelid, true);
-		/* tokens of a name only grow: one sequence, drawn after the last grant */
+
+		/*
+		 * Tokens of a name only grow: they come from one sequence, drawn
+		 * after the last grant.  A sequence found behind the row was set
+		 * back or left behind by a copy: it jumps past the row, and the
+		 * token is drawn again (DlockTokenJumpPast).
+		 */
+		if (a->token <= DatumGetInt64(row.values[ATT_TOKEN - 1]))
+		{
+			(void) DlockTokenJumpPast(store_cache.seqrelid,
+									  DatumGetInt64(row.values[ATT_TOKEN - 1]));
+			a->token = nextval_internal(store_cache.seqrelid, true);
+		}
 		Assert(a->token > DatumGetInt64(row.values[ATT_TOKEN - 1]));
 		row.values[ATT_TOKEN - 1] = Int64GetDatum(a->token);
 		row.values[ATT_OWNER - 1] = a->values[3];
@@ -1010,29 +1058,20 @@ change_direct(ChangeOp *c)
 typedef bool (*StoreOp) (void *arg);
 
 /*
- * store_op_session runs op between store_begin and store_end, with READ
- * COMMITTED rules (XactIsoLevel switched as store_exec does, for op's
- * direct accesses too, and restored on every exit), and returns its
- * result.
+ * store_op_session runs op between store_begin and store_end and returns
+ * its result.  op's direct accesses follow READ COMMITTED rules by
+ * themselves (they re-read a row that changed concurrently, whatever the
+ * isolation level); its SQL statements get them from store_exec.  An error
+ * is cleaned up by the transaction's abort (see store_begin).
  */
 static bool
 store_op_session(Oid fn_oid, StoreOp op, void *arg)
 {
 	DlockStoreSession session;
-	volatile bool keep = false;
-	int			save_iso = XactIsoLevel;
+	bool		keep;
 
 	store_begin(fn_oid, &session);
-	XactIsoLevel = XACT_READ_COMMITTED;
-	PG_TRY();
-	{
-		keep = op(arg);
-	}
-	PG_FINALLY();
-	{
-		XactIsoLevel = save_iso;
-	}
-	PG_END_TRY();
+	keep = op(arg);
 	store_end(&session);
 	return keep;
 }

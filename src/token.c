@@ -189,7 +189,8 @@ seq_set_durably(Oid seqrelid, int64 value)
 	DirectFunctionCall3(setval3_oid, ObjectIdGetDatum(seqrelid),
 						Int64GetDatum(value), BoolGetDatum(true));
 	XLogFlush(XactLastRecEnd);
-	Assert(seq_last_value(seqrelid) == value);
+	/* (another backend may have drawn tokens since: 1.0 SQL during an update) */
+	Assert(seq_last_value(seqrelid) >= value);
 }
 
 /*
@@ -348,6 +349,52 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
 	token_state.tli = tli;
 	token_state.boot_done = boot_done;
 	token_state.checked = true;
+}
+
+/*
+ * DlockTokenJumpPast moves the token sequence seqrelid, durably, above
+ * floor (a token a lease row already carries) when its last value is not
+ * above it, and returns true when it moved it.  That cannot happen while
+ * the sequence and the lease table move together; it happens when they
+ * were separated: a manual setval, or a copy of the table whose sequence
+ * stayed behind (logical replication does not replicate sequences).
+ * Tokens of a name must still only grow, so the sequence jumps as in a
+ * token jump, to max(floor + 1, the clock), and a WARNING tells the
+ * operator.  Takes the token lock.  Must run as the sequence's owner.
+ */
+bool
+DlockTokenJumpPast(Oid seqrelid, int64 floor)
+{
+	LOCKTAG		tag;
+	volatile bool jumped = false;
+
+	Assert(InLocalUserIdChange());
+	token_locktag(&tag);
+	(void) LockAcquire(&tag, ExclusiveLock, true, false);
+	PG_TRY();
+	{
+		int64		last = seq_last_value(seqrelid);
+
+		if (last <= floor)
+		{
+			int64		target = next_jump(floor) - 1;
+
+			seq_set_durably(seqrelid, target);
+			jumped = true;
+			ereport(WARNING,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("dlock's token sequence was behind its lease table"),
+					 errdetail("The sequence's last value was " INT64_FORMAT ", but a lease already carries token " INT64_FORMAT "; the sequence jumped to " INT64_FORMAT ".",
+							   last, floor, target),
+					 errhint("The sequence was set back or left behind when the table was copied; tokens of other names may have been issued twice.")));
+		}
+	}
+	PG_FINALLY();
+	{
+		LockRelease(&tag, ExclusiveLock, true);
+	}
+	PG_END_TRY();
+	return jumped;
 }
 
 /*

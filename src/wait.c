@@ -226,7 +226,9 @@ wait_exit_callback(int code, Datum arg)
 /*
  * sleep_until sleeps on the process latch until wake_at (or until the latch
  * is set), then serves interrupts.  Returns at once if wake_at has passed
- * or the latch is already set.
+ * or the latch is already set.  One sleep lasts at most INT_MAX ms (24.8
+ * days, WaitLatch's limit; PostgreSQL 15 does not clamp the difference):
+ * a waiter woken early just checks again and sleeps on.
  */
 static void
 sleep_until(TimestampTz wake_at)
@@ -235,6 +237,7 @@ sleep_until(TimestampTz wake_at)
 
 	/* nothing that could block another backend is held while sleeping */
 	Assert(DlockShmem == NULL || !LWLockHeldByMe(DlockShmem->lock));
+	ms = Min(ms, (long) PG_INT32_MAX);
 	if (ms > 0)
 	{
 		(void) WaitLatch(MyLatch,

@@ -173,14 +173,21 @@ SELECT results_eq(
 
 -- Membership.  Every object the script creates is a member of the
 -- extension (pg_depend deptype 'e') and lives in its schema, and nothing
--- else is a member.
+-- else is a member.  (The row types of the table and the view, and their
+-- array types, are members too from PostgreSQL 17 on; they come and go
+-- with their relations and are left out.)
 SELECT set_eq(
     $$SELECT i.schema = pg_catalog.quote_ident(current_schema()), pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
         FROM pg_catalog.pg_depend d
         CROSS JOIN LATERAL pg_catalog.pg_identify_object(d.classid, d.objid, d.objsubid) i
        WHERE d.refclassid = 'pg_catalog.pg_extension'::regclass
          AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
-         AND d.deptype = 'e'$$,
+         AND d.deptype = 'e'
+         AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_type t
+                           LEFT JOIN pg_catalog.pg_type e ON e.oid OPERATOR(pg_catalog.=) t.typelem
+                          WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::regclass
+                            AND t.oid OPERATOR(pg_catalog.=) d.objid
+                            AND (t.typrelid OPERATOR(pg_catalog.<>) 0 OR e.typrelid OPERATOR(pg_catalog.<>) 0))$$,
     $$VALUES (true, 'table dlock_lease'), (true, 'sequence dlock_token_seq'),
              (true, 'sequence dlock_token_origin'), (true, 'view dlock_leases'),
              (true, 'function dlock_acquire(text,interval,interval,text)'),

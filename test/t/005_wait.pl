@@ -44,6 +44,8 @@
 #      wait '10 s' gets a token after the holder releases and shows the
 #      same wait event while it sleeps; a waiter with wait
 #      '300 ms' on a held lease returns NULL.
+#   8. A waiter behind the head whose wait (30 days) is longer than one
+#      WaitLatch sleep can last is cancelled (57014); the head is served.
 #
 # Every wait is bounded: poll_query_until gives up after
 # $PostgreSQL::Test::Utils::timeout_default seconds, and each background
@@ -500,6 +502,27 @@ END $$;});
 		'row lock: the waiter gets the lease after the release');
 	note "row lock: release said: $stdout $stderr";
 	bg_close($_) for ($holder, $locker, $waiter);
+}
+
+# 8. Waits longer than one sleep can last (WaitLatch takes at most INT_MAX
+#    ms, 24.8 days): a waiter queued behind the head with wait '30 days'
+#    sleeps towards its deadline in bounded steps.  Cancelling it ends it
+#    with 57014, and the head is still served at the release.  (An
+#    unbounded sleep fails an assertion in PostgreSQL 15's WaitLatch.)
+{
+	my $held = acquire($node, 'long', '10 min');
+	my @w = map { bg_session($node, "long$_") } 1 .. 2;
+	queue_waiters($node, 'long wait',
+		sub { "SELECT dlock_acquire('long', '1 min', '30 days') IS NOT NULL;" },
+		@w);
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($w[1]->{pid})");
+	my ($out, $state) = bg_finish($w[1]);
+	is($state, '57014',
+		'long wait: the waiter behind the head (30 days) is cancelled');
+	release($node, 'long', $held);
+	($out, $state) = bg_finish($w[0]);
+	is($out, 't', 'long wait: the head (30 days) gets the lease at the release');
+	bg_close($_) for @w;
 }
 
 $node->stop;

@@ -17,7 +17,8 @@
 # U+10FFFF, NUL) built with convert_from(bytea, 'UTF8'), which must fail
 # cleanly with 22021; ttl and wait intervals long, tiny (1 microsecond),
 # zero, negative, over dlock.max_ttl, '1000000 years', 'infinity' (not an
-# interval in PostgreSQL 15: 22007), calendar-dependent ('-1 mon 31
+# interval in PostgreSQL 15: 22007; from 17 on an interval that dlock
+# refuses with 22023), calendar-dependent ('-1 mon 31
 # days'), NULL; owners over 1024 bytes; tokens 0, -1, the bigint limits,
 # out of range, NULL, real current tokens, neighbours of real tokens, and
 # the greatest token of another name.
@@ -158,6 +159,11 @@ sub any_name { return rand() < 0.8 ? valid_name() : pick(@bad_names); }
 # statement), unc (depends on the calendar: token or 22023, liveness read
 # back; with another bad argument, 22023 is one more possible error), or
 # err.
+# 'infinity' and '-infinity': not intervals before PostgreSQL 17 (a parse
+# error), refused by dlock from 17 on.
+my $infinite_err =
+  $node->pg_version >= 17 ? [ 'F', '22023' ] : [ 'P', '22007' ];
+
 my @ttls = (
 	(map { { sql => $_, kind => 'long' } }
 		  ("'1 hour'", "'1 day'", "'86400 seconds'", "'23:59:59.999999'",
@@ -172,8 +178,10 @@ my @ttls = (
 			"'1000000 years'", "'-1000000 years'", "'178000000 years'")),
 	(map { { sql => $_, kind => 'err', err => [ 'F', '22004' ] } }
 		  ('NULL', 'NULL::interval')),
+	(map { { sql => $_, kind => 'err', err => $infinite_err } }
+		  ("'infinity'", "'-infinity'")),
 	(map { { sql => $_, kind => 'err', err => [ 'P', '22007' ] } }
-		  ("'infinity'", "'-infinity'", "'forever'", "'1 fortnight'")));
+		  ("'forever'", "'1 fortnight'")));
 my @good_ttls = grep { $_->{kind} eq 'long' || $_->{kind} eq 'tiny' } @ttls;
 
 sub any_ttl { return rand() < 0.6 ? pick(@good_ttls) : pick(@ttls); }
@@ -185,7 +193,8 @@ my @waits = (
 	{ sql => 'NULL', err => [ 'F', '22004' ] },
 	(map { { sql => $_, err => [ 'F', '22008' ] } }
 		  ("'1000000 years'", "'178000000 years'")),
-	(map { { sql => $_, err => [ 'P', '22007' ] } } ("'infinity'", "'soon'")));
+	{ sql => "'infinity'", err => $infinite_err },
+	{ sql => "'soon'", err => [ 'P', '22007' ] });
 
 my @owners = (
 	(map { { sql => $_ } } (undef, undef, undef, 'NULL', "'o'",
@@ -200,7 +209,7 @@ my @olders = (
 	{ sql => "'-1 second'", kind => 'err', err => [ 'F', '22023' ] },
 	{ sql => 'NULL', kind => 'err', err => [ 'F', '22004' ] },
 	{ sql => "'1000000 years'", kind => 'err', err => [ 'F', '22008' ] },
-	{ sql => "'infinity'", kind => 'err', err => [ 'P', '22007' ] });
+	{ sql => "'infinity'", kind => 'err', err => $infinite_err });
 
 # A token: a slot variable (:tK, plus a delta), a constant, NULL, the
 # greatest token in the table, or a literal out of range.
