@@ -821,13 +821,18 @@ static void
 lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 {
 	EState	   *estate = CreateExecutorState();
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	MemoryContext oldcontext;
+	ResultRelInfo *rri;
 
+	/* everything below lives in the executor state's memory, freed with it */
+	oldcontext = MemoryContextSwitchTo(estate->es_query_cxt);
+	rri = makeNode(ResultRelInfo);
 	/* no range table entry: the executor then assumes no updated columns */
 	InitResultRelInfo(rri, la->rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
 	DlockInsertIndexTuples(rri, la->newslot, estate, update_indexes);
 	ExecCloseIndices(rri);
+	MemoryContextSwitchTo(oldcontext);
 	FreeExecutorState(estate);
 }
 

@@ -6,9 +6,12 @@
 #	  tables.
 #
 # Runs when the server under test is newer than 15; test/run-tests builds
-# dlock from the same checkout into Debian's PostgreSQL 15 and names it
-# in DLOCK_UPGRADE_FROM (its installation directory, with bin/).  On 15
-# there is nothing to upgrade to: the file is skipped.
+# dlock from the same checkout into the assertion-enabled PostgreSQL 15
+# (test/pg-server) and names it in DLOCK_UPGRADE_FROM (its installation
+# directory, with bin/).  Not Debian's 15.20: it stores a column option
+# (pg_attver) that 17.11 and 18.6 refuse, so pg_upgrade from it to them
+# fails for every table, dlock's or not.  On 15 there is nothing to
+# upgrade to: the file is skipped.
 #
 # The old cluster (15, shared_preload_libraries = 'dlock') has:
 #   - database appdb with dlock 1.1 in schema coord: leases in every state
