@@ -240,11 +240,13 @@ fails_with($new,
 # Waiting with preload works on the new server: a release wakes a waiter.
 my $holder_tok = acquire($new, 'appdb', 'handoff', '1 hour');
 my $waiter = bg_session($new, 'waiter', 'appdb');
-bg_start($waiter, "SELECT coord.dlock_acquire('handoff', '1 min', '30 s') > $holder_tok;");
+bg_start($waiter, "SELECT coord.dlock_acquire('handoff', '1 min', '5 min') > $holder_tok;");
+my $wait_event = dlock_wait_event($new);
 ok( $new->poll_query_until(
 		'appdb',
-		"SELECT count(*) FROM pg_stat_activity WHERE pid = $waiter->{pid} AND wait_event_type = 'Extension'"),
-	'a waiter sleeps in dlock on the new server');
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $waiter->{pid} AND wait_event_type = 'Extension' AND wait_event = '$wait_event'"
+	),
+	"a waiter sleeps in dlock on the new server (wait event $wait_event)");
 is(sql($new, 'appdb', "SELECT dlock_release('handoff', $holder_tok)"),
 	't', 'the holder releases');
 my ($out, $state) = bg_finish($waiter);
