@@ -23,10 +23,10 @@ DATA = dlock--1.0.sql dlock--1.1.sql dlock--1.0--1.1.sql
 PGFILEDESC = "dlock - fenced leases for PostgreSQL"
 
 # The dlock command-line tool (cli/): a libpq program, not part of the
-# extension's OBJS.  Built by "all", installed next to PostgreSQL's client
-# programs (pg_config --bindir) by "install"; rules below the PGXS include.
-CLI_SRCS = cli/dlock.c cli/run.c cli/conn.c cli/signals.c cli/util.c
-EXTRA_CLEAN = cli/dlock
+# extension's OBJS, built by its own cli/Makefile, which all, install,
+# uninstall and clean call with this PG_CONFIG (rules below the PGXS
+# include).  It installs dlock next to PostgreSQL's client programs
+# (pg_config --bindir) and its manual page, dlock.1, into pg_config --mandir.
 
 # Every object depends on the shared headers (PGXS tracks no header
 # dependencies without --enable-depend).
@@ -80,8 +80,6 @@ bench:
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 
-DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
-
 # Objects built for one server must not be linked for another: .pg-build
 # names the server the objects are for, and is rewritten (so everything
 # rebuilds) when PG_CONFIG names another one.
@@ -92,28 +90,28 @@ endif
 $(OBJS) $(OBJS:.o=.bc) $(shlib): .pg-build
 EXTRA_CLEAN += .pg-build
 
-all: cli/dlock
+# The command-line tool: cli/Makefile, with this PG_CONFIG (made absolute
+# when it is a path, since cli/Makefile runs in cli/).
+CLI_MAKEFLAGS = -C cli PG_CONFIG='$(if $(findstring /,$(PG_CONFIG)),$(abspath $(PG_CONFIG)),$(PG_CONFIG))'
 
-# libpq of the server built for: a server outside the system's library
-# directories (an assertion-enabled build) is found through the rpath.
-PG_LIBDIR := $(shell $(PG_CONFIG) --libdir)
-CLI_RPATH := $(if $(filter /usr/lib/% /lib/%,$(PG_LIBDIR)),,-Wl,-rpath,$(PG_LIBDIR))
+.PHONY: all-cli install-cli uninstall-cli clean-cli cli/dlock
+all: all-cli
+all-cli:
+	$(MAKE) $(CLI_MAKEFLAGS) all
+# "make cli/dlock" still builds just the tool
+cli/dlock: all-cli
 
-cli/dlock: $(CLI_SRCS) cli/dlock_cli.h dlock.control .pg-build
-	$(CC) $(CFLAGS) -Wextra -Wunused-parameter -Werror \
-		-DDLOCK_VERSION='"$(DLOCK_VERSION)"' \
-		-I$(shell $(PG_CONFIG) --includedir) -o $@ $(CLI_SRCS) \
-		$(LDFLAGS) -L$(PG_LIBDIR) $(CLI_RPATH) -lpq
-
-.PHONY: install-cli uninstall-cli
 install: install-cli
-install-cli: cli/dlock
-	$(MKDIR_P) '$(DESTDIR)$(bindir)'
-	$(INSTALL_PROGRAM) cli/dlock '$(DESTDIR)$(bindir)/dlock'
+install-cli: all-cli
+	$(MAKE) $(CLI_MAKEFLAGS) install
 
 uninstall: uninstall-cli
 uninstall-cli:
-	rm -f '$(DESTDIR)$(bindir)/dlock'
+	$(MAKE) $(CLI_MAKEFLAGS) uninstall
+
+clean: clean-cli
+clean-cli:
+	$(MAKE) $(CLI_MAKEFLAGS) clean
 else
 all install installcheck:
 	@echo "dlock: PostgreSQL development files are missing (no PGXS at '$(PGXS)')." >&2

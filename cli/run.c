@@ -30,13 +30,60 @@
  *      finished reconnect, a failure (a renew's answer is taken only if
  *      the clock, read again, is still before the deadline);
  *   5. decide: start CMD, stop it, send the next renew or the release,
- *      reconnect, exit.
+ *      reconnect, finish.
  *
- * Before that loop, the acquire is one DlockAcquireLease() call (cli/dlock.c,
- * waiting with DlockLinkExec() of cli/conn.c), bounded by --timeout: if it
- * gets no answer in time, it is cancelled on the server, dlock exits 69 and
- * CMD is never started.  --timeout does not apply to the renews and the
- * release, which the lease's deadline bounds (see below).
+ * Phases.  What a run does next is decided by its phase (Run.phase), which
+ * only set_phase() changes, checking the transition against the table
+ * below; the exit status is decided in one place, exit_status(), from the
+ * final phase.
+ *
+ *   ACQUIRING   before the loop: the acquire is one DlockAcquireLease()
+ *               call (cli/dlock.c, waiting with DlockLinkExec() of
+ *               cli/conn.c), bounded by --timeout: if it gets no answer in
+ *               time, it is cancelled on the server and dlock exits 69.
+ *               --timeout does not apply to the renews and the release,
+ *               which the lease's deadline bounds (see below).
+ *               -> CONFIRMING  granted, but after a wait so long that the
+ *                              deadline is no proven bound (see below)
+ *               -> STARTING    granted, deadline proven
+ *               -> DONE        not acquired (or no database, an error, a
+ *                              signal): CMD is never started
+ *   CONFIRMING  renewing until a renew proves the deadline; no CMD.
+ *               -> STARTING    a renew succeeded
+ *               -> RELEASING   a stopping signal (exit 128+S)
+ *               -> LOST        a renew returned false, or the give-up time
+ *                              passed (exit 75)
+ *   STARTING    the deadline is proven; CMD starts as soon as 2T/3 of the
+ *               lease is left, meanwhile dlock renews at once.
+ *               -> RUNNING     CMD started
+ *               -> RELEASING   a stopping signal (exit 128+S); CMD could
+ *                              not be started (exit 70); MAX_STALE_RENEWS
+ *                              renews left too little (exit 75)
+ *               -> LOST        as in CONFIRMING (exit 75)
+ *   RUNNING     CMD runs under the lease; renews every T/3.
+ *               -> EXITED      CMD was reaped
+ *               -> STOPPING    the lease was lost: CMD gets SIGTERM
+ *   EXITED      CMD was reaped, but the clock has not been read since:
+ *               left in the same wake-up (step 2, or within lose()).
+ *               -> RELEASING   the deadline has not passed: CMD ran under
+ *                              the lease to its end
+ *               -> LOST        it has, or the lease is lost (exit 76)
+ *   RELEASING   CMD is done, or will never start: release the lease.
+ *               -> DONE        released; or not, but the deadline passed
+ *                              (the lease has expired) or a stopping signal
+ *                              came (it expires on its own); exit with
+ *                              CMD's status (or why CMD never started)
+ *               -> LOST        a release or renew returned false (exit 76,
+ *                              or why CMD never started)
+ *   STOPPING    the lease is lost while CMD runs: CMD got SIGTERM; nothing
+ *               more is sent to the database.
+ *               -> KILLING     CMD still runs --kill-after later: SIGKILL
+ *               -> LOST        CMD exited (exit 76)
+ *   KILLING     CMD got SIGKILL.
+ *               -> LOST        CMD exited (exit 76)
+ *   LOST, DONE  final: dlock exits.
+ *   FAILED      final, from any phase but ACQUIRING and EXITED: poll()
+ *               failed; CMD gets SIGTERM, dlock exits 70.
  *
  * Timing rules (ttl T; all times on CLOCK_MONOTONIC, in ms):
  *
@@ -59,11 +106,13 @@
  *     --kill-after later if it is still running; dlock exits 76.
  *   - CMD is started only while at least 2T/3 of the lease is left.  After
  *     an acquire that waited (--wait) the deadline from the acquire's send
- *     time may already have passed although the lease was just granted:
- *     dlock then renews first and starts CMD once a renew confirms it.
- *     Losing the lease before CMD started exits 75.  So does a database
- *     that answers too slowly for the ttl: if MAX_STALE_RENEWS such renews
- *     in a row still leave less than 2T/3, dlock releases the lease.
+ *     time may already have passed although the lease was just granted
+ *     (CONFIRMING: the deadline is then only a give-up time, the answer's
+ *     arrival plus T): dlock renews first and starts CMD once a renew
+ *     confirms it.  Losing the lease before CMD started exits 75.  So does
+ *     a database that answers too slowly for the ttl: if MAX_STALE_RENEWS
+ *     such renews in a row still leave less than 2T/3, dlock releases the
+ *     lease.
  *   - Backstop: while CMD runs, an interval timer (ITIMER_REAL, SIGALRM)
  *     is armed for the deadline.  Its handler sends CMD SIGTERM itself if
  *     the deadline has passed, so CMD is told even if the main loop were
@@ -108,6 +157,69 @@
 #define ATTEMPT_MIN_MS		200
 #define MAX_STALE_RENEWS	2	/* renews before CMD that leave < 2T/3 */
 
+/* The phases of a run and their transitions: see the file header. */
+typedef enum Phase
+{
+	PH_ACQUIRING,
+	PH_CONFIRMING,
+	PH_STARTING,
+	PH_RUNNING,
+	PH_EXITED,
+	PH_RELEASING,
+	PH_STOPPING,
+	PH_KILLING,
+	PH_LOST,
+	PH_DONE,
+	PH_FAILED
+} Phase;
+
+#define NPHASES		(PH_FAILED + 1)
+#define PH(p)		(1u << (p))
+
+static const char *const phase_names[NPHASES] = {
+	[PH_ACQUIRING] = "ACQUIRING",
+	[PH_CONFIRMING] = "CONFIRMING",
+	[PH_STARTING] = "STARTING",
+	[PH_RUNNING] = "RUNNING",
+	[PH_EXITED] = "EXITED",
+	[PH_RELEASING] = "RELEASING",
+	[PH_STOPPING] = "STOPPING",
+	[PH_KILLING] = "KILLING",
+	[PH_LOST] = "LOST",
+	[PH_DONE] = "DONE",
+	[PH_FAILED] = "FAILED",
+};
+
+/* legal_next[p]: the phases p may change to (the header's table) */
+static const unsigned legal_next[NPHASES] = {
+	[PH_ACQUIRING] = PH(PH_CONFIRMING) | PH(PH_STARTING) | PH(PH_DONE),
+	[PH_CONFIRMING] = PH(PH_STARTING) | PH(PH_RELEASING) | PH(PH_LOST) |
+	PH(PH_FAILED),
+	[PH_STARTING] = PH(PH_RUNNING) | PH(PH_RELEASING) | PH(PH_LOST) |
+	PH(PH_FAILED),
+	[PH_RUNNING] = PH(PH_EXITED) | PH(PH_STOPPING) | PH(PH_FAILED),
+	[PH_EXITED] = PH(PH_RELEASING) | PH(PH_LOST),
+	[PH_RELEASING] = PH(PH_DONE) | PH(PH_LOST) | PH(PH_FAILED),
+	[PH_STOPPING] = PH(PH_KILLING) | PH(PH_LOST) | PH(PH_FAILED),
+	[PH_KILLING] = PH(PH_LOST) | PH(PH_FAILED),
+	[PH_LOST] = 0,
+	[PH_DONE] = 0,
+	[PH_FAILED] = 0,
+};
+
+/*
+ * The phases in which dlock holds the lease (as far as it knows), and so
+ * talks to the database: renews, releases, reconnects.
+ */
+#define PH_HOLDING	(PH(PH_CONFIRMING) | PH(PH_STARTING) | PH(PH_RUNNING) | \
+					 PH(PH_EXITED) | PH(PH_RELEASING))
+/* The phases in which CMD runs (has been started and not reaped). */
+#define PH_CMD_RUNS	(PH(PH_RUNNING) | PH(PH_STOPPING) | PH(PH_KILLING))
+/* The final phases: dlock exits. */
+#define PH_FINAL	(PH(PH_LOST) | PH(PH_DONE) | PH(PH_FAILED))
+
+#define PHASE_IN(r, set)	((PH((r)->phase) & (set)) != 0)
+
 /* Which call is in flight on the link. */
 typedef enum Call
 {
@@ -119,38 +231,54 @@ typedef enum Call
 typedef struct Run
 {
 	const DlockOptions *opt;
+	Phase		phase;			/* changed by set_phase() only */
 	DlockLink	link;
 	char		token[32];
 	char		ttl_text[64];
 	char	   *renew_sql;
 	char	   *release_sql;
 
-	/* the lease */
-	bool		confirmed;		/* deadline is a proven lower bound of the
-								 * lease's expiry (else: a give-up time) */
+	/*
+	 * The lease: in CONFIRMING the deadline is only a give-up time, from
+	 * STARTING on a proven lower bound of the lease's expiry.
+	 */
 	int64_t		deadline;
 	int64_t		next_renew;
-	bool		lost;
-	bool		releasing;		/* CMD is done: release, then exit */
+	int			stale_renews;	/* STARTING: renews that left < 2T/3 */
 
-	/* the database call in flight, and retries */
+	/*
+	 * The database call in flight, and retries.  Not phases: every phase
+	 * that holds the lease talks to the database the same way.  call is
+	 * not implied by the phase either: a renew sent while CMD ran may be
+	 * answered in RELEASING.  failures counts the attempts that failed
+	 * since the last success (for the messages: the first failure, the
+	 * recovery, why the deadline passed).
+	 */
 	Call		call;
 	int64_t		sent_at;		/* when the call in flight was sent */
 	int64_t		attempt_end;	/* abandon the connect or call at */
 	int64_t		retry_at;		/* no new attempt before */
 	int64_t		backoff;
-	bool		failing;		/* attempts failed since the last success */
+	int			failures;
 
 	/* CMD */
 	pid_t		child;			/* 0 until started */
-	bool		child_done;
-	int			child_status;	/* its status, shell-style */
-	int64_t		term_at;		/* when it got SIGTERM after the loss */
-	bool		killed;			/* SIGKILL sent */
-	int			interrupt;		/* signal that stopped dlock without CMD */
-	bool		reported;		/* CMD's status was reported after the loss */
-	bool		wake_now;		/* SIGCHLD seen: do not sleep */
-	int			stale_renews;	/* renews before CMD, still not fresh */
+	int64_t		term_at;		/* STOPPING: when it got SIGTERM */
+
+	/*
+	 * What dlock exits with unless the lease is lost after CMD started
+	 * (see exit_status()): CMD's status, shell-style, once it has exited;
+	 * before that, why CMD never started (75 until something else is
+	 * known: 128+S, 70; in ACQUIRING the acquire's status).
+	 */
+	int			status;
+
+	/*
+	 * A stopping signal that came while no CMD runs to pass it on to.  Not
+	 * a phase but an event: received in step 3, acted upon in step 5 (after
+	 * step 4 took an answer that may already be there).
+	 */
+	int			interrupt;
 } Run;
 
 static void reap(Run *r);
@@ -159,6 +287,49 @@ static void reap(Run *r);
 static volatile sig_atomic_t backstop_pid;
 static volatile sig_atomic_t backstop_fired;
 static volatile int64_t backstop_deadline;	/* written with signals blocked */
+
+/*
+ * set_phase moves the run to phase to.  It is the only place that changes
+ * the phase, and it refuses (aborting dlock, whose CMD then gets SIGTERM
+ * on Linux) a transition that the header's table does not list: that
+ * would be a bug.
+ */
+static void
+set_phase(Run *r, Phase to)
+{
+	if ((legal_next[r->phase] & PH(to)) == 0)
+	{
+		DlockError("internal error: illegal phase transition %s -> %s",
+				   phase_names[r->phase], phase_names[to]);
+		abort();
+	}
+	r->phase = to;
+}
+
+/*
+ * exit_status decides, from a final phase, what dlock exits with.  The
+ * only place that does.
+ */
+static int
+exit_status(const Run *r)
+{
+	switch (r->phase)
+	{
+		case PH_DONE:
+			/* released, or left to expire; or never acquired */
+			return r->status;
+		case PH_LOST:
+			/* CMD may have run without the lease; else why it never ran */
+			return r->child > 0 ? DLOCK_EXIT_LOST : r->status;
+		case PH_FAILED:
+			return DLOCK_EXIT_ERROR;
+		default:
+			break;
+	}
+	DlockError("internal error: no exit status in phase %s",
+			   phase_names[r->phase]);
+	abort();
+}
 
 /*
  * backstop_handler is the SIGALRM handler: if the lease's deadline has
@@ -262,32 +433,34 @@ stop_child(Run *r, int64_t now)
 
 /*
  * lose marks the lease lost: nothing more is sent to the database, and a
- * running CMD is stopped.  why is one line; detail, when not NULL, is the
- * last error (libpq's, possibly several lines), printed after it.
+ * running CMD is stopped (STOPPING); otherwise the run is over (LOST).
+ * why is one line; detail, when not NULL, is the last error (libpq's,
+ * possibly several lines), printed after it.
  */
 static void
 lose(Run *r, int64_t now, const char *why, const char *detail)
 {
 	char		ka[32];
 
-	r->lost = true;
 	DlockLinkDrop(&r->link, NULL);
 	r->call = CALL_NONE;
 	reap(r);					/* for the message: is CMD still running? */
-	if (r->child > 0 && !r->child_done)
+	if (r->phase == PH_RUNNING)
 	{
 		DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
 		say(r, "lost: %s; stopping CMD (pid %d) with SIGTERM, SIGKILL in %s",
 			why, (int) r->child, ka);
 		stop_child(r, now);
-	}
-	else if (r->child > 0)
-	{
-		say(r, "lost: %s; CMD %s", why, status_text(r->child_status));
-		r->reported = true;
+		set_phase(r, PH_STOPPING);
 	}
 	else
-		say(r, "lost before CMD could start: %s", why);
+	{
+		if (r->child > 0)
+			say(r, "lost: %s; CMD %s", why, status_text(r->status));
+		else
+			say(r, "lost before CMD could start: %s", why);
+		set_phase(r, PH_LOST);
+	}
 	if (detail && *detail)
 		DlockError("last error: %s", detail);
 }
@@ -311,13 +484,13 @@ failed(Run *r, int64_t now, const char *why)
 {
 	char		left[32];
 
-	if (!r->failing)
+	if (r->failures == 0)
 	{
 		DlockFormatDuration(r->deadline - now, left, sizeof(left));
 		say(r, "could not %s it, retrying for up to %s: %s",
-			r->releasing ? "release" : "renew", left, why);
+			r->phase == PH_RELEASING ? "release" : "renew", left, why);
 	}
-	r->failing = true;
+	r->failures++;
 	r->call = CALL_NONE;
 	r->retry_at = now + r->backoff;
 	r->backoff = r->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff * 2;
@@ -329,9 +502,9 @@ failed(Run *r, int64_t now, const char *why)
 static void
 succeeded(Run *r)
 {
-	if (r->failing && !r->releasing)
+	if (r->failures > 0 && r->phase != PH_RELEASING)
 		say(r, "renewed again");
-	r->failing = false;
+	r->failures = 0;
 	r->link.errmsg[0] = '\0';	/* not to be reported as a later failure's */
 	r->backoff = BACKOFF_MIN_MS;
 	r->retry_at = 0;
@@ -339,7 +512,8 @@ succeeded(Run *r)
 }
 
 /*
- * start_child forks and executes CMD.
+ * start_child forks and executes CMD (STARTING -> RUNNING); if it cannot,
+ * the lease is released and dlock exits 70 (STARTING -> RELEASING).
  */
 static void
 start_child(Run *r)
@@ -352,9 +526,8 @@ start_child(Run *r)
 		setenv("DLOCK_TOKEN", r->token, 1) != 0)
 	{
 		DlockError("could not set the environment of CMD: %s", strerror(errno));
-		r->child_done = true;
-		r->child_status = DLOCK_EXIT_ERROR;
-		r->releasing = true;
+		r->status = DLOCK_EXIT_ERROR;
+		set_phase(r, PH_RELEASING);
 		return;
 	}
 	fflush(stdout);
@@ -382,19 +555,21 @@ start_child(Run *r)
 	if (pid < 0)
 	{
 		DlockError("could not start CMD: fork failed: %s", strerror(errno));
-		r->child_done = true;
-		r->child_status = DLOCK_EXIT_ERROR;
-		r->releasing = true;
+		r->status = DLOCK_EXIT_ERROR;
+		set_phase(r, PH_RELEASING);
 		return;
 	}
 	r->child = pid;
+	set_phase(r, PH_RUNNING);
 	set_backstop(pid, r->deadline);
 }
 
 /*
- * reap collects CMD's exit status if it has exited.  Whether the lease
- * was held until then is decided by the caller, from a clock reading
- * taken after reap (see DlockRun's loop).
+ * reap collects CMD's exit status, into status, if CMD has exited.  A
+ * CMD that ran under a held lease leaves RUNNING for EXITED: whether the
+ * lease was held until then is decided by the caller, from a clock reading
+ * taken after reap (see DlockRun's loop).  A CMD that was being stopped
+ * after the loss ends the run (LOST).
  */
 static void
 reap(Run *r)
@@ -403,7 +578,7 @@ reap(Run *r)
 	pid_t		pid;
 	sigset_t	old;
 
-	if (r->child <= 0 || r->child_done)
+	if (!PHASE_IN(r, PH_CMD_RUNS))
 		return;
 
 	/*
@@ -419,37 +594,45 @@ reap(Run *r)
 	DlockSignalsUnblock(&old);
 	if (pid != r->child)
 		return;
-	r->child_done = true;
 	if (WIFEXITED(status))
-		r->child_status = WEXITSTATUS(status);
+		r->status = WEXITSTATUS(status);
 	else if (WIFSIGNALED(status))
-		r->child_status = 128 + WTERMSIG(status);
+		r->status = 128 + WTERMSIG(status);
 	else
-		r->child_status = DLOCK_EXIT_ERROR;
+		r->status = DLOCK_EXIT_ERROR;
 	set_backstop(0, 0);
+	if (r->phase == PH_RUNNING)
+		set_phase(r, PH_EXITED);
+	else
+	{
+		say(r, "CMD %s after the lease was lost", status_text(r->status));
+		set_phase(r, PH_LOST);
+	}
 }
 
 /*
  * handle_signals reads the signal records: passes signals on to a running
  * CMD, or notes a stopping signal when there is no CMD to pass it to.
+ * Returns true when the loop must not sleep (SIGCHLD: CMD is to be reaped
+ * at the top of the next pass, which comes at once).
  */
-static void
+static bool
 handle_signals(Run *r)
 {
 	int			signo,
 				code;
+	bool		wake_now = false;
 
 	while (DlockSignalNext(&signo, &code))
 	{
 		if (signo == SIGCHLD)
 		{
-			/* reaped at the top of the next pass, which comes at once */
-			r->wake_now = true;
+			wake_now = true;
 			continue;
 		}
 		if (signo == SIGALRM)
 			continue;
-		if (r->child > 0 && !r->child_done)
+		if (PHASE_IN(r, PH_CMD_RUNS))
 		{
 #ifdef SI_KERNEL
 			/* sent by the terminal to the process group: CMD has it too */
@@ -465,6 +648,7 @@ handle_signals(Run *r)
 				r->interrupt = signo;
 		}
 	}
+	return wake_now;
 }
 
 /*
@@ -500,26 +684,31 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		 * time passed since the top of the loop: read the clock again.
 		 * With signals blocked, so that the backstop (which may have sent
 		 * CMD SIGTERM already) cannot fire between this check and its
-		 * re-arming.  Once CMD is done (releasing) a late answer is
+		 * re-arming.  Once CMD is done (RELEASING) a late answer is
 		 * harmless: CMD ran under the lease to its end.
 		 */
 		DlockSignalsBlock(&old);
-		late = !r->releasing && (backstop_fired || DlockNow() >= r->deadline);
+		late = r->phase != PH_RELEASING &&
+			(backstop_fired || DlockNow() >= r->deadline);
 		if (!late)
 		{
 			succeeded(r);
-			r->confirmed = true;
 			r->deadline = r->sent_at + r->opt->ttl_ms;
 			r->next_renew = r->sent_at + r->opt->ttl_ms / 3;
-			if (r->child > 0 && !r->child_done)
+			if (r->phase == PH_RUNNING)
 				set_backstop(r->child, r->deadline);
 		}
 		DlockSignalsUnblock(&old);
 		if (late)
+		{
 			lose(r, now, "the renew's answer was read only after the lease's deadline (was dlock stopped, or starved of CPU?)", NULL);
-		else if (r->child == 0 && !r->releasing &&
-				 r->deadline - now < r->opt->ttl_ms - r->opt->ttl_ms / 3 &&
-				 ++r->stale_renews >= MAX_STALE_RENEWS)
+			return;
+		}
+		if (r->phase == PH_CONFIRMING)
+			set_phase(r, PH_STARTING);	/* the deadline is proven now */
+		if (r->phase == PH_STARTING &&
+			r->deadline - now < r->opt->ttl_ms - r->opt->ttl_ms / 3 &&
+			++r->stale_renews >= MAX_STALE_RENEWS)
 		{
 			/*
 			 * Renewed, but still too little of the ttl left to start CMD:
@@ -533,9 +722,8 @@ handle_result(Run *r, int64_t now, PGresult *res)
 			DlockFormatDuration(r->opt->ttl_ms, ttl, sizeof(ttl));
 			say(r, "not starting CMD: the database answers too slowly for a ttl of %s (a renew took %s; CMD starts only with 2/3 of the ttl left); releasing it, a longer --ttl helps",
 				ttl, took);
-			r->releasing = true;
-			r->child_done = true;
-			r->child_status = DLOCK_EXIT_NOT_ACQUIRED;
+			r->status = DLOCK_EXIT_NOT_ACQUIRED;
+			set_phase(r, PH_RELEASING);
 		}
 	}
 	else if (call == CALL_RELEASE)
@@ -546,48 +734,33 @@ handle_result(Run *r, int64_t now, PGresult *res)
 			return;
 		}
 		succeeded(r);
-		DlockLinkClose(&r->link);
-		exit(r->child_status);
+		set_phase(r, PH_DONE);
 	}
 }
 
 /*
- * finish_if_done exits when there is nothing left to do: CMD is done (or was never
- * started) and the lease is lost, released or given up.  Returns when
- * there is still something to do.
+ * handle_interrupt acts on a stopping signal that came while no CMD ran
+ * (step 5).  Before CMD started, the lease is released and dlock exits
+ * 128+signal; while releasing, dlock gives up the release (the lease
+ * expires on its own) and exits with the status it has.
  */
 static void
-finish_if_done(Run *r, int64_t now)
+handle_interrupt(Run *r)
 {
-	if (r->lost)
-	{
-		if (r->child == 0)
-			exit(r->releasing ? r->child_status : DLOCK_EXIT_NOT_ACQUIRED);
-		if (r->child_done)
-		{
-			if (!r->reported)
-				say(r, "CMD %s after the lease was lost", status_text(r->child_status));
-			DlockLinkClose(&r->link);
-			exit(DLOCK_EXIT_LOST);
-		}
+	if (r->interrupt == 0)
 		return;
-	}
-	if (r->releasing && r->interrupt)
+	if (r->phase == PH_RELEASING)
 	{
 		say(r, "not released (interrupted by %s); it ends when it expires",
 			DlockSignalName(r->interrupt));
-		DlockLinkClose(&r->link);
-		exit(r->child_status);
+		set_phase(r, PH_DONE);
 	}
-	if (r->child == 0 && r->interrupt)
+	else if (r->phase == PH_CONFIRMING || r->phase == PH_STARTING)
 	{
-		/* interrupted before CMD started: release, exit 128+signal */
-		r->releasing = true;
-		r->child_done = true;
-		r->child_status = 128 + r->interrupt;
-		r->interrupt = 0;
+		r->status = 128 + r->interrupt;
+		set_phase(r, PH_RELEASING);
 	}
-	(void) now;
+	r->interrupt = 0;
 }
 
 /*
@@ -599,7 +772,7 @@ drive_link(Run *r, int64_t now)
 	const char *values[3];
 	char		token_param[32];
 
-	if (r->lost)
+	if (!PHASE_IN(r, PH_HOLDING))
 		return;
 	if ((r->link.state == DLOCK_LINK_CONNECTING || r->link.state == DLOCK_LINK_BUSY) &&
 		now >= r->attempt_end)
@@ -624,7 +797,7 @@ drive_link(Run *r, int64_t now)
 	values[0] = r->opt->name;
 	values[1] = token_param;
 	values[2] = r->ttl_text;
-	if (r->releasing)
+	if (r->phase == PH_RELEASING)
 	{
 		r->sent_at = DlockNow();
 		r->call = CALL_RELEASE;
@@ -655,7 +828,7 @@ next_wake(const Run *r)
 	int64_t		wake = INT64_MAX;
 
 #define EARLIER(t) do { if ((t) < wake) wake = (t); } while (0)
-	if (!r->lost)
+	if (PHASE_IN(r, PH_HOLDING))
 	{
 		EARLIER(r->deadline);
 		switch (r->link.state)
@@ -668,49 +841,56 @@ next_wake(const Run *r)
 				EARLIER(r->attempt_end);
 				break;
 			case DLOCK_LINK_IDLE:
-				if (r->releasing)
+				if (r->phase == PH_RELEASING)
 					EARLIER(r->retry_at);
 				else
 					EARLIER(r->next_renew > r->retry_at ? r->next_renew : r->retry_at);
 				break;
 		}
 	}
-	else if (r->child > 0 && !r->child_done && !r->killed)
+	else if (r->phase == PH_STOPPING)
 		EARLIER(r->term_at + r->opt->kill_after_ms);
 #undef EARLIER
 	return wake == INT64_MAX ? -1 : wake;
 }
 
 /*
- * check_deadline is step 1 of every wake-up: has the lease's local
- * deadline passed?
+ * check_deadline is step 2 of every wake-up: has the lease's local
+ * deadline passed?  It also settles EXITED: CMD, reaped in step 1, exited
+ * before now, so if the deadline has not passed it ran under the lease.
  */
 static void
 check_deadline(Run *r, int64_t now)
 {
 	char		late[32];
 
-	if (r->lost || now < r->deadline)
+	if (!PHASE_IN(r, PH_HOLDING))
 		return;
-	if (r->child == 0 && !r->confirmed)
+	if (now < r->deadline)
 	{
-		r->lost = true;
+		if (r->phase == PH_EXITED)
+			set_phase(r, PH_RELEASING);
+		return;
+	}
+	if (r->phase == PH_CONFIRMING)
+	{
 		DlockLinkDrop(&r->link, NULL);
 		DlockError("acquired \"%s\" (token %s) after waiting, but could not confirm it with a renew: %s",
 				   r->opt->name, r->token,
 				   r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
+		set_phase(r, PH_LOST);
 		return;
 	}
-	if (r->releasing && !r->lost)
+	if (r->phase == PH_RELEASING)
 	{
-		/* CMD finished while the lease was held; it has expired by now */
+		/* CMD finished (or never started) while the lease was held */
 		say(r, "not released: %s; it has expired by now",
 			r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
-		DlockLinkClose(&r->link);
-		exit(r->child_status);
+		set_phase(r, PH_DONE);
+		return;
 	}
 	DlockFormatDuration(now - r->deadline, late, sizeof(late));
-	if (r->failing)
+	if (r->failures > 0)
 		lose(r, now, "no renew succeeded before it expired", r->link.errmsg);
 	else if (r->call == CALL_RENEW)
 		lose(r, now, "the database did not answer the renew before the lease expired", NULL);
@@ -726,8 +906,36 @@ check_deadline(Run *r, int64_t now)
 }
 
 /*
- * DlockRun is "dlock run": see the file header.  It returns (or exits
- * with) dlock's exit status.
+ * decide is step 5 of every wake-up: SIGKILL a CMD that outlives
+ * --kill-after, act on a stopping signal, start CMD when the lease is
+ * fresh enough (or renew at once when it is not), and drive the link.
+ */
+static void
+decide(Run *r, int64_t now)
+{
+	if (r->phase == PH_STOPPING && now >= r->term_at + r->opt->kill_after_ms)
+	{
+		char		ka[32];
+
+		DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
+		say(r, "CMD (pid %d) still running %s after SIGTERM: sending SIGKILL",
+			(int) r->child, ka);
+		kill(r->child, SIGKILL);
+		set_phase(r, PH_KILLING);
+	}
+	handle_interrupt(r);
+	if (r->phase == PH_STARTING &&
+		r->deadline - now >= r->opt->ttl_ms - r->opt->ttl_ms / 3)
+		start_child(r);
+	else if ((r->phase == PH_CONFIRMING || r->phase == PH_STARTING) &&
+			 r->next_renew > now)
+		r->next_renew = now;	/* not fresh enough to start CMD: renew */
+	drive_link(r, now);
+}
+
+/*
+ * DlockRun is "dlock run": see the file header.  It returns dlock's exit
+ * status.
  */
 int
 DlockRun(const DlockOptions *opt)
@@ -736,12 +944,13 @@ DlockRun(const DlockOptions *opt)
 	PGconn	   *conn;
 	char		owner[512];
 	int64_t		answered_at;
-	int			rc;
 	static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 	size_t		i;
 
 	memset(&r, 0, sizeof(r));
 	r.opt = opt;
+	r.phase = PH_ACQUIRING;
+	r.status = DLOCK_EXIT_NOT_ACQUIRED;
 	r.backoff = BACKOFF_MIN_MS;
 	DlockInterval(opt->ttl_ms, r.ttl_text, sizeof(r.ttl_text));
 	r.renew_sql = DlockSql("SELECT @extschema@.dlock_renew($1, $2::pg_catalog.int8, $3::pg_catalog.interval)");
@@ -753,40 +962,58 @@ DlockRun(const DlockOptions *opt)
 				 (int) getpid());
 
 	/* connect before catching signals: a Ctrl-C now just ends dlock */
+	DlockLinkInit(&r.link);
 	conn = DlockConnectBlocking();
 	if (conn == NULL)
-		return DLOCK_EXIT_UNAVAILABLE;
-	DlockLinkInit(&r.link);
-	if (!DlockLinkAdopt(&r.link, conn))
+		r.status = DLOCK_EXIT_UNAVAILABLE;
+	else if (!DlockLinkAdopt(&r.link, conn))
 	{
 		DlockError("%s", r.link.errmsg);
-		return DLOCK_EXIT_UNAVAILABLE;
+		r.status = DLOCK_EXIT_UNAVAILABLE;
 	}
-
-	DlockSignalsInit();
-	for (i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-		DlockSignalCatch(forwarded[i], NULL);
-	DlockSignalCatch(SIGCHLD, NULL);
-	DlockSignalCatch(SIGALRM, backstop_handler);
-	/* a closed stderr must not kill dlock while it holds a lease */
-	DlockSignalIgnore(SIGPIPE);
-
-	rc = DlockAcquireLease(&r.link, opt, owner, r.token, sizeof(r.token),
-						   &r.sent_at, &answered_at);
-	if (rc == DLOCK_EXIT_NOT_ACQUIRED)
+	else
 	{
-		char		holder[1024];
+		DlockSignalsInit();
+		for (i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+			DlockSignalCatch(forwarded[i], NULL);
+		DlockSignalCatch(SIGCHLD, NULL);
+		DlockSignalCatch(SIGALRM, backstop_handler);
+		/* a closed stderr must not kill dlock while it holds a lease */
+		DlockSignalIgnore(SIGPIPE);
 
-		DlockDescribeHolder(&r.link, opt, holder, sizeof(holder));
-		DlockError("not acquired: %s", holder);
-		return rc;
+		r.status = DlockAcquireLease(&r.link, opt, owner, r.token,
+									 sizeof(r.token), &r.sent_at, &answered_at);
+		if (r.status == DLOCK_EXIT_NOT_ACQUIRED)
+		{
+			char		holder[1024];
+
+			DlockDescribeHolder(&r.link, opt, holder, sizeof(holder));
+			DlockError("not acquired: %s", holder);
+		}
 	}
-	if (rc != DLOCK_EXIT_OK)
-		return rc;
+	if (r.status != DLOCK_EXIT_OK)
+	{
+		set_phase(&r, PH_DONE);
+		return exit_status(&r);
+	}
 
-	/* The lease is ours.  See "Timing rules" in the header. */
-	r.confirmed = r.sent_at + opt->ttl_ms > answered_at;
-	r.deadline = r.confirmed ? r.sent_at + opt->ttl_ms : answered_at + opt->ttl_ms;
+	/*
+	 * The lease is ours.  See "Timing rules" in the header: unless the
+	 * answer came only after the deadline counted from the send time, that
+	 * deadline is proven; otherwise the answer's arrival plus T is a
+	 * give-up time for confirming the lease with a renew.
+	 */
+	r.status = DLOCK_EXIT_NOT_ACQUIRED;
+	if (r.sent_at + opt->ttl_ms > answered_at)
+	{
+		r.deadline = r.sent_at + opt->ttl_ms;
+		set_phase(&r, PH_STARTING);
+	}
+	else
+	{
+		r.deadline = answered_at + opt->ttl_ms;
+		set_phase(&r, PH_CONFIRMING);
+	}
 	r.next_renew = r.sent_at + opt->ttl_ms / 3;
 
 	for (;;)
@@ -796,6 +1023,7 @@ DlockRun(const DlockOptions *opt)
 		int64_t		now;
 		int64_t		wake;
 		int			timeout;
+		bool		wake_now;
 		PGresult   *res;
 		DlockLinkEvent ev;
 
@@ -809,13 +1037,10 @@ DlockRun(const DlockOptions *opt)
 		reap(&r);
 		now = DlockNow();
 		check_deadline(&r, now);
-		if (r.child_done && !r.lost && !r.releasing)
-			r.releasing = true;
 		/* 3. signals */
-		r.wake_now = false;
-		handle_signals(&r);
+		wake_now = handle_signals(&r);
 		/* 4. the connection */
-		if (!r.lost)
+		if (PHASE_IN(&r, PH_HOLDING))
 		{
 			ev = DlockLinkProgress(&r.link, &res);
 			if (ev == DLOCK_LINK_RESULT)
@@ -827,37 +1052,22 @@ DlockRun(const DlockOptions *opt)
 				failed(&r, now, r.link.errmsg);
 		}
 		/* 5. decide */
-		if (r.lost && r.child > 0 && !r.child_done && !r.killed &&
-			now >= r.term_at + opt->kill_after_ms)
-		{
-			char		ka[32];
-
-			DlockFormatDuration(opt->kill_after_ms, ka, sizeof(ka));
-			say(&r, "CMD (pid %d) still running %s after SIGTERM: sending SIGKILL",
-				(int) r.child, ka);
-			kill(r.child, SIGKILL);
-			r.killed = true;
-		}
-		finish_if_done(&r, now);
-		if (!r.lost && r.child == 0 && !r.releasing && r.confirmed &&
-			r.deadline - now >= opt->ttl_ms - opt->ttl_ms / 3)
-			start_child(&r);
-		else if (!r.lost && r.child == 0 && !r.releasing && r.next_renew > now)
-			r.next_renew = now; /* not fresh enough to start CMD: renew */
-		drive_link(&r, now);
+		decide(&r, now);
+		if (PHASE_IN(&r, PH_FINAL))
+			break;
 
 		/* wait */
 		fds[0].fd = DlockSignalFd();
 		fds[0].events = POLLIN;
 		fds[0].revents = 0;
-		if (!r.lost && DlockLinkPollEvents(&r.link))
+		if (PHASE_IN(&r, PH_HOLDING) && DlockLinkPollEvents(&r.link))
 		{
 			fds[1].fd = PQsocket(r.link.conn);
 			fds[1].events = DlockLinkPollEvents(&r.link);
 			fds[1].revents = 0;
 			nfds = 2;
 		}
-		wake = r.wake_now ? 0 : next_wake(&r);
+		wake = wake_now ? 0 : next_wake(&r);
 		now = DlockNow();
 		if (wake < 0)
 			timeout = -1;
@@ -868,11 +1078,14 @@ DlockRun(const DlockOptions *opt)
 		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
 		{
 			DlockError("poll failed: %s", strerror(errno));
-			if (r.child > 0 && !r.child_done)
+			if (PHASE_IN(&r, PH_CMD_RUNS))
 				kill(r.child, SIGTERM);
-			return DLOCK_EXIT_ERROR;
+			set_phase(&r, PH_FAILED);
+			break;
 		}
 		if (nfds == 2)
 			r.link.revents = fds[1].revents;
 	}
+	DlockLinkClose(&r.link);
+	return exit_status(&r);
 }
