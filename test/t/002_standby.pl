@@ -126,7 +126,7 @@ is( $primary->safe_psql(
 # did, so it has every lease and every token; the primary stops like a
 # crashed server.  The async case, where the standby missed the primary's
 # last acquisitions and a plain sequence would hand their tokens out again,
-# is not covered here: it needs tokens with an epoch (the faults issue).
+# is 006_failover.pl's (token jumps, src/token.c).
 $primary->stop('immediate');
 $standby->promote;
 $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')

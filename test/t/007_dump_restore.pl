@@ -32,7 +32,7 @@
 #     greater than every token the source issued AFTER the dump: those
 #     tokens were handed out by the database the restore replaces or
 #     copies to another system, and the restored token state cannot know
-#     them, so it must move to a new generation (token epochs).  With a
+#     them, so the token sequence must jump past them (token jumps).  With a
 #     plain sequence this fails: the restored sequence resumes at the
 #     dump's value.  In a new database next to a still running source,
 #     source and copy are two databases and only the tokens before the
