@@ -2,7 +2,9 @@
 #
 # test/t/002_standby.pl
 #	  Leases on a streaming hot standby, and after its promotion
-#	  (CONTRACT §7, STYLE §4: 25006 with a hint on a standby).
+#	  (every function that changes leases fails early on a standby with
+#	  25006 and the hint "Connect to the primary server."; dlock_leases
+#	  stays readable: docs/guarantees.md, "Standby").
 #
 # The extension is created and leases are acquired on the primary after the
 # standby was made, so all of it reaches the standby through WAL.  On the
