@@ -32,11 +32,12 @@ EXTRA_CLEAN = cli/dlock
 # dependencies without --enable-depend).
 $(OBJS): src/dlock.h src/compat.h
 
+# The suites' options are shared with test/run-tests: test/regress.opts.
+include test/regress.opts
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = --encoding=UTF8 --no-locale --temp-instance=./tmp_check/regress_instance
+REGRESS_OPTS = $(DLOCK_REGRESS_OPTS) --temp-instance=./tmp_check/regress_instance
 ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
-ISOLATION_OPTS = --encoding=UTF8 --no-locale --load-extension=dlock \
-	--temp-config=test/preload.conf --temp-instance=./tmp_check/isolation_instance
+ISOLATION_OPTS = $(DLOCK_ISOLATION_OPTS) --temp-instance=./tmp_check/isolation_instance
 
 # Warnings are errors.  All of -Wextra except unused parameters: callbacks
 # with signatures fixed by PostgreSQL (fmgr, cache invalidation) ignore some.
