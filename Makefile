@@ -12,6 +12,8 @@
 #   make demo            the life of a lease on a throwaway cluster
 #   make bench           measure on a throwaway cluster (not part of make test)
 #   make installcheck    pg_regress against a temporary instance (as a non-root user)
+#   make install-script  regenerate the full install script dlock--<version>.sql
+#                        (make does when its sources change; tools/gen-install-script)
 #
 # PG_CONFIG may be overridden: make PG_CONFIG=/path/to/pg_config; or
 # make PG=18 install builds and installs for the server test/pg-server names.
@@ -43,8 +45,9 @@ ISOLATION_OPTS = $(DLOCK_ISOLATION_OPTS) --temp-instance=./tmp_check/isolation_i
 # with signatures fixed by PostgreSQL (fmgr, cache invalidation) ignore some.
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
-# The commands that find their server themselves (test/pg-server).
-DLOCK_COMMANDS = test test-all pg-config demo bench
+# The commands that find their server themselves (test/pg-server), or
+# need none.
+DLOCK_COMMANDS = test test-all pg-config demo bench install-script
 
 # Debian's PostgreSQL 15 unless told otherwise (PG_CONFIG=..., or PG=...
 # for a server of test/pg-server); fall back to PATH.
@@ -78,10 +81,35 @@ demo:
 bench:
 	@bench/run
 
+DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
+
+# The full install script of the current version is generated from the
+# base script, the update scripts from it and tools/install-tail.sql
+# (tools/gen-install-script), so that a fresh install and an update cannot
+# drift apart.  It stays committed (DATA installs it); make regenerates it
+# when one of its sources is newer, "make install-script" always.
+# test/t/030_docs.pl checks that the committed file is the generated one.
+DLOCK_BASE_VERSION = 1.0
+DLOCK_UPDATE_SCRIPTS = $(wildcard $(EXTENSION)--*--*.sql)
+DLOCK_INSTALL_SCRIPT = $(EXTENSION)--$(DLOCK_VERSION).sql
+
+.PHONY: install-script
+ifneq ($(DLOCK_VERSION),$(DLOCK_BASE_VERSION))
+$(DLOCK_INSTALL_SCRIPT): $(EXTENSION)--$(DLOCK_BASE_VERSION).sql $(DLOCK_UPDATE_SCRIPTS) \
+		tools/install-tail.sql tools/gen-install-script
+	tools/gen-install-script $(DLOCK_BASE_VERSION) $(DLOCK_VERSION) > $@.tmp
+	mv $@.tmp $@
+
+install-script:
+	tools/gen-install-script $(DLOCK_BASE_VERSION) $(DLOCK_VERSION) > $(DLOCK_INSTALL_SCRIPT).tmp
+	mv $(DLOCK_INSTALL_SCRIPT).tmp $(DLOCK_INSTALL_SCRIPT)
+else
+install-script:
+	@echo "dlock: $(DLOCK_INSTALL_SCRIPT) is the base script, written by hand"
+endif
+
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
-
-DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
 
 # Objects built for one server must not be linked for another: .pg-build
 # names the server the objects are for, and is rewritten (so everything
@@ -93,7 +121,7 @@ endif
 $(OBJS) $(OBJS:.o=.bc) $(shlib): .pg-build
 EXTRA_CLEAN += .pg-build
 
-all: cli/dlock
+all: cli/dlock $(DLOCK_INSTALL_SCRIPT)
 
 # libpq of the server built for: a server outside the system's library
 # directories (an assertion-enabled build) is found through the rpath.
