@@ -123,6 +123,11 @@ EXTRA_CLEAN += .pg-build
 
 all: cli/dlock $(DLOCK_INSTALL_SCRIPT)
 
+# pg_regress creates its --temp-instance directory, but not the parent.
+installcheck: | tmp_check
+tmp_check:
+	$(MKDIR_P) $@
+
 # libpq of the server built for: a server outside the system's library
 # directories (an assertion-enabled build) is found through the rpath.
 PG_LIBDIR := $(shell $(PG_CONFIG) --libdir)
