@@ -178,7 +178,8 @@ cmp_ok($readme_size, '<=', 15000, "README.md is at most 15 KB ($readme_size byte
 # 3. Citations of documents the repository does not contain.  The strings
 # are built so that this file does not contain them itself.
 my $sect = "\xc2\xa7";    # the section sign, UTF-8
-my @cited = map { ($_ . " $sect", $_ . ' section', $_ . '.md') } ('CONTRACT', 'STYLE');
+my @cited = map { ($_ . " $sect", $_ . ' section', $_ . '.md') }
+  (uc('contract'), uc('style'));
 my @files;
 my $git = `git -c safe.directory='*' -C '$top' ls-files -z 2>/dev/null`;
 if ($? == 0 && $git ne '')
