@@ -12,6 +12,8 @@
 #   make demo            the life of a lease on a throwaway cluster
 #   make bench           measure on a throwaway cluster (not part of make test)
 #   make installcheck    pg_regress against a temporary instance (as a non-root user)
+#   make install-script  regenerate the full install script dlock--<version>.sql
+#                        (make does when its sources change; tools/gen-install-script)
 #
 # PG_CONFIG may be overridden: make PG_CONFIG=/path/to/pg_config; or
 # make PG=18 install builds and installs for the server test/pg-server names.
@@ -32,18 +34,20 @@ PGFILEDESC = "dlock - fenced leases for PostgreSQL"
 # dependencies without --enable-depend).
 $(OBJS): src/dlock.h src/compat.h
 
+# The suites' options are shared with test/run-tests: test/regress.opts.
+include test/regress.opts
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = --encoding=UTF8 --no-locale --temp-instance=./tmp_check/regress_instance
+REGRESS_OPTS = $(DLOCK_REGRESS_OPTS) --temp-instance=./tmp_check/regress_instance
 ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
-ISOLATION_OPTS = --encoding=UTF8 --no-locale --load-extension=dlock \
-	--temp-config=test/preload.conf --temp-instance=./tmp_check/isolation_instance
+ISOLATION_OPTS = $(DLOCK_ISOLATION_OPTS) --temp-instance=./tmp_check/isolation_instance
 
 # Warnings are errors.  All of -Wextra except unused parameters: callbacks
 # with signatures fixed by PostgreSQL (fmgr, cache invalidation) ignore some.
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
-# The commands that find their server themselves (test/pg-server).
-DLOCK_COMMANDS = test test-all pg-config demo bench
+# The commands that find their server themselves (test/pg-server), or
+# need none.
+DLOCK_COMMANDS = test test-all pg-config demo bench install-script
 
 # Debian's PostgreSQL 15 unless told otherwise (PG_CONFIG=..., or PG=...
 # for a server of test/pg-server); fall back to PATH.
@@ -77,6 +81,33 @@ demo:
 bench:
 	@bench/run
 
+DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
+
+# The full install script of the current version is generated from the
+# base script, the update scripts from it and tools/install-tail.sql
+# (tools/gen-install-script), so that a fresh install and an update cannot
+# drift apart.  It stays committed (DATA installs it); make regenerates it
+# when one of its sources is newer, "make install-script" always.
+# test/t/030_docs.pl checks that the committed file is the generated one.
+DLOCK_BASE_VERSION = 1.0
+DLOCK_UPDATE_SCRIPTS = $(wildcard $(EXTENSION)--*--*.sql)
+DLOCK_INSTALL_SCRIPT = $(EXTENSION)--$(DLOCK_VERSION).sql
+
+.PHONY: install-script
+ifneq ($(DLOCK_VERSION),$(DLOCK_BASE_VERSION))
+$(DLOCK_INSTALL_SCRIPT): $(EXTENSION)--$(DLOCK_BASE_VERSION).sql $(DLOCK_UPDATE_SCRIPTS) \
+		tools/install-tail.sql tools/gen-install-script
+	tools/gen-install-script $(DLOCK_BASE_VERSION) $(DLOCK_VERSION) > $@.tmp
+	mv $@.tmp $@
+
+install-script:
+	tools/gen-install-script $(DLOCK_BASE_VERSION) $(DLOCK_VERSION) > $(DLOCK_INSTALL_SCRIPT).tmp
+	mv $(DLOCK_INSTALL_SCRIPT).tmp $(DLOCK_INSTALL_SCRIPT)
+else
+install-script:
+	@echo "dlock: $(DLOCK_INSTALL_SCRIPT) is the base script, written by hand"
+endif
+
 ifneq ($(wildcard $(PGXS)),)
 include $(PGXS)
 
@@ -93,6 +124,13 @@ EXTRA_CLEAN += .pg-build
 # The command-line tool: cli/Makefile, with this PG_CONFIG (made absolute
 # when it is a path, since cli/Makefile runs in cli/).
 CLI_MAKEFLAGS = -C cli PG_CONFIG='$(if $(findstring /,$(PG_CONFIG)),$(abspath $(PG_CONFIG)),$(PG_CONFIG))'
+
+all: $(DLOCK_INSTALL_SCRIPT)
+
+# pg_regress creates its --temp-instance directory, but not the parent.
+installcheck: | tmp_check
+tmp_check:
+	$(MKDIR_P) $@
 
 .PHONY: all-cli install-cli uninstall-cli clean-cli cli/dlock
 all: all-cli

@@ -157,7 +157,7 @@ SELECT results_eq(
     $$VALUES ('bigint', 1::bigint, 1::bigint, false)$$,
     'dlock_token_seq is a bigint sequence from 1, counting up by 1, that never cycles (tokens never repeat)'
 );
-SELECT has_sequence(:'dlock_schema', 'dlock_token_origin', 'sequence dlock_token_origin (the token epoch register) exists in the extension''s schema');
+SELECT has_sequence(:'dlock_schema', 'dlock_token_origin', 'sequence dlock_token_origin (the token origin register) exists in the extension''s schema');
 SELECT results_eq(
     $$SELECT s.seqtypid::regtype::text COLLATE "default", s.seqmin, s.seqmax, s.seqcycle
         FROM pg_catalog.pg_sequence s WHERE s.seqrelid = 'dlock_token_origin'::regclass$$,

@@ -127,7 +127,7 @@ SELECT throws_ok(
     '42501', 'must be owner of sequence dlock_token_seq',
     'an ordinary role cannot ALTER SEQUENCE dlock_token_seq (not the owner)'
 );
--- Nor the epoch register: overwriting it would only force a jump, but
+-- Nor the token origin register: overwriting it would only force a jump, but
 -- ordinary roles write nothing of dlock's directly.
 SELECT throws_ok(
     $$SELECT pg_catalog.setval('dlock_token_origin', 1)$$,

@@ -1,7 +1,9 @@
 #!/usr/bin/perl
 #
 # test/t/001_crash_restart.pl
-#	  Leases and fencing tokens across crash-restart (CONTRACT §2, §7).
+#	  Leases and fencing tokens across crash-restart (committed leases
+#	  survive, and tokens keep increasing: docs/guarantees.md, "Crash and
+#	  restart").
 #
 # Each round builds committed leases in every state (live with a long ttl,
 # released, expired), opens a transaction that acquires, takes over, renews
@@ -250,8 +252,8 @@ is_deeply(\@dups, [], 'no token was ever handed out twice');
 # When that transaction does not commit, or commits with
 # synchronous_commit = off, and the server crashes before anything else
 # flushes the WAL, recovery puts the sequence back and the same token is
-# handed out again, which CONTRACT §7 forbids ("Tokens never repeat ...
-# not after a crash").  Without dlock preloaded (this file), dlock_acquire
+# handed out again: tokens must never repeat, not after a crash either.
+# Without dlock preloaded (this file), dlock_acquire
 # flushes WAL up to the sequence page's LSN before it returns a token
 # (with preload, 011 proves the boot jump instead).  The rounds above
 # never make the logging call in the open transaction; these cases do so

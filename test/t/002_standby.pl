@@ -2,7 +2,9 @@
 #
 # test/t/002_standby.pl
 #	  Leases on a streaming hot standby, and after its promotion
-#	  (CONTRACT §7, STYLE §4: 25006 with a hint on a standby).
+#	  (every function that changes leases fails early on a standby with
+#	  25006 and the hint "Connect to the primary server."; dlock_leases
+#	  stays readable: docs/guarantees.md, "Standby").
 #
 # The extension is created and leases are acquired on the primary after the
 # standby was made, so all of it reaches the standby through WAL.  On the
@@ -126,7 +128,7 @@ is( $primary->safe_psql(
 # did, so it has every lease and every token; the primary stops like a
 # crashed server.  The async case, where the standby missed the primary's
 # last acquisitions and a plain sequence would hand their tokens out again,
-# is not covered here: it needs tokens with an epoch (the faults issue).
+# is 006_failover.pl's (token jumps, src/token.c).
 $primary->stop('immediate');
 $standby->promote;
 $standby->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')

@@ -2,8 +2,8 @@
 #
 # test/t/003_fence_stress.pl
 #	  The fencing trigger under concurrent writers with short leases
-#	  (CONTRACT §3: accepted tokens on a row never go backwards; stale
-#	  writes are rejected with 55T01 and write nothing).
+#	  (accepted tokens on a row never go backwards; stale writes are
+#	  rejected with 55T01 and write nothing: src/fence.c's header).
 #
 # Four rows, each protected by its own lock 'stress:{id}', in two tables of
 # the same shape: acct_latest (dlock_fence in 'latest' mode) and acct_live

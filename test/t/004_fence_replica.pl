@@ -2,9 +2,9 @@
 #
 # test/t/004_fence_replica.pl
 #	  The fencing trigger does not fire where ordinary triggers do not
-#	  (CONTRACT §3: "Logical-replication apply and
-#	  session_replication_role = replica skip it, like any ordinary
-#	  trigger").
+#	  (logical replication apply and session_replication_role = replica
+#	  skip it, like any ordinary trigger: docs/sql-reference.md, "What the
+#	  trigger covers, and what it does not").
 #
 # Part 1, one node: with session_replication_role = origin (the default)
 # a stale write to a protected table is rejected with 55T01; with replica

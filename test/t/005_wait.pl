@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 #
 # test/t/005_wait.pl
-#	  Event-driven waiting (CONTRACT §2 "wait", §4; src/wait.c's header):
+#	  Event-driven waiting (docs/sql-reference.md, "Waiting"; src/wait.c's
+#	  header):
 #	  FIFO queues, cancellation and termination leave no trace, restart,
 #	  no CPU while waiting, and the polling fallback without preload.
 #
@@ -436,8 +437,8 @@ END $$;});
 }
 
 # 6. A waiter's failed attempt keeps no row lock (wait.c: "each attempt
-# keeps no lock when it fails"; CONTRACT §2: waiting "holds no row lock
-# ... that blocks others").  The interleaving: the waiter's attempt takes
+# keeps no lock when it fails"; a waiting acquire holds no row lock that
+# blocks others).  The interleaving: the waiter's attempt takes
 # its snapshot while another transaction's acquire of the name is still
 # open, and locks the row only after that acquire committed.  The
 # takeover's FOR UPDATE SKIP LOCKED then finds the row updated, locks its

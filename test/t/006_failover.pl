@@ -2,9 +2,9 @@
 #
 # test/t/006_failover.pl
 #	  Fencing tokens and leases across failover to a streaming standby
-#	  (CONTRACT §7: "Tokens never repeat and never go backwards: ... not
-#	  after promoting a standby (even an asynchronous one that missed the
-#	  primary's last acquisitions)"; tracker issue 7).
+#	  (tokens never repeat and never go backwards, also after promoting a
+#	  standby, even an asynchronous one that missed the primary's last
+#	  acquisitions; docs/guarantees.md, "Failover"; tracker issue 7).
 #
 # Four scenarios: an asynchronous and a synchronous standby, each with and
 # without shared_preload_libraries = 'dlock'.  Each scenario:

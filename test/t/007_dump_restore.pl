@@ -1,10 +1,10 @@
 #!/usr/bin/perl
 #
 # test/t/007_dump_restore.pl
-#	  Leases and fencing tokens across pg_dump and restore (CONTRACT §7:
-#	  "Tokens never repeat and never go backwards: ... not after
-#	  pg_dump/restore (the dump carries the leases and the token state)";
-#	  tracker issue 7).
+#	  Leases and fencing tokens across pg_dump and restore (tokens never
+#	  repeat and never go backwards, also after pg_dump and restore: the
+#	  dump carries the leases and the token state; docs/guarantees.md,
+#	  "Restore"; tracker issue 7).
 #
 # Database appdb of cluster A has dlock installed in schema coord, leases
 # in every state (live, held by a superuser and by an ordinary role,
@@ -32,7 +32,7 @@
 #     greater than every token the source issued AFTER the dump: those
 #     tokens were handed out by the database the restore replaces or
 #     copies to another system, and the restored token state cannot know
-#     them, so it must move to a new generation (token epochs).  With a
+#     them, so the token sequence must jump past them (token jumps).  With a
 #     plain sequence this fails: the restored sequence resumes at the
 #     dump's value.  In a new database next to a still running source,
 #     source and copy are two databases and only the tokens before the

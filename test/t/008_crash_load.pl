@@ -1,9 +1,10 @@
 #!/usr/bin/perl
 #
 # test/t/008_crash_load.pl
-#	  Crash under load (CONTRACT §2: a token is "strictly greater than
-#	  every token this database issued before, for any name, across
-#	  crash-restart"; §7: committed leases survive crash-restart).
+#	  Crash under load (a token is strictly greater than every token the
+#	  database issued before, for any name, also across crash-restart, and
+#	  committed leases survive crash-restart: docs/guarantees.md, "Crash
+#	  and restart").
 #
 # Six pgbench clients take and release leases on 200 names as fast as they
 # can; the server is killed (stop 'immediate') while they run, and started

@@ -3,7 +3,8 @@
 # test/t/009_pgbouncer.pl
 #	  Leases through PgBouncer in transaction pooling mode, where
 #	  consecutive transactions of one client run on different server
-#	  sessions (CONTRACT §2: leases belong to tokens, not to sessions).
+#	  sessions (leases belong to tokens, not to sessions; see
+#	  docs/guarantees.md, "Connection poolers").
 #
 # The test starts its own pgbouncer (Debian's package; the system service,
 # if any, is neither used nor touched) on 127.0.0.1 and a free port, with

@@ -1,7 +1,8 @@
 #!/usr/bin/perl
 #
 # test/t/010_fuzz.pl
-#	  A seeded fuzz pass over the SQL API (CONTRACT §2, §3, §5, §6): random
+#	  A seeded fuzz pass over the SQL API (leases, the fence trigger, bad
+#	  input and privileges, as docs/sql-reference.md states them): random
 #	  calls of dlock_acquire, dlock_renew, dlock_release, dlock_break,
 #	  dlock_purge and writes through the dlock_fence trigger, with hostile
 #	  arguments, checked against a model, then from three concurrent

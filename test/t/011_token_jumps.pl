@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 #
-# test/t/011_token_epochs.pl
+# test/t/011_token_jumps.pl
 #	  Token jumps with shared_preload_libraries = 'dlock': the boot jump
 #	  after every server start (src/token.c), which lets grants skip the
 #	  WAL flush that 001_crash_restart.pl proves necessary without it.
@@ -37,7 +37,7 @@ use List::Util qw(max);
 use Time::HiRes qw(usleep);
 
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_epochs');
+my $node = PostgreSQL::Test::Cluster->new('dlock_jumps');
 $node->init;
 $node->append_conf(
 	'postgresql.conf', q{
