@@ -26,7 +26,7 @@
 
 /*
  * Exit statuses.  The sysexits.h values, spelled out here because the
- * README and --help promise them.
+ * docs/cli.md, the manual page and --help promise them.
  */
 #define DLOCK_EXIT_OK			0
 #define DLOCK_EXIT_NO			1	/* renew/release: the token holds no
