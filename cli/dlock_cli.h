@@ -25,7 +25,7 @@
 #include "libpq-fe.h"
 
 /*
- * Exit statuses.  The sysexits.h values, spelled out here because the
+ * Exit statuses.  The sysexits.h values, spelled out here because
  * docs/cli.md, the manual page and --help promise them.
  */
 #define DLOCK_EXIT_OK			0
