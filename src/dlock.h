@@ -4,8 +4,11 @@
  *	  Declarations shared between the dlock modules.
  *
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
- * argument checks), store.c (all access to the lease table and the token
- * sequence), token.c (token jumps: the sequence moves ahead across crash,
+ * argument checks), store.c (the store: every access to the lease table
+ * and the token sequence starts there; its cache, the switch to the
+ * table's owner, the SQL statements), lease_table.c (direct access to the
+ * lease table, declared in lease_table.h), token.c (token jumps and
+ * durability: the sequence moves ahead across crash,
  * failover and restore), fence.c (the dlock_fence trigger), wait.c
  * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory
  * for waiting and token boot jumps).
@@ -85,9 +88,9 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 								  DlockFenceLease *lease);
 
-/* token.c: token jumps (called by store.c, as the extension's owner) */
+/* token.c: token jumps and durability (the store calls them, as owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
-extern bool DlockTokenNeedsFlush(void);
+extern void DlockTokenMakeDurable(Oid seqrelid);
 extern bool DlockTokenJumpPast(Oid seqrelid, int64 floor);
 extern void DlockTokenForget(void);
 extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
