@@ -1,7 +1,7 @@
 --
--- maintenance: dlock changes its lease table directly (src/store.c), so what
--- a DBA does to the table must not confuse it: an added index gets its
--- entries on every update that is not HOT, REINDEX CONCURRENTLY of the
+-- maintenance: dlock changes its lease table directly (src/lease_table.c),
+-- so what a DBA does to the table must not confuse it: an added index gets
+-- its entries on every update that is not HOT, REINDEX CONCURRENTLY of the
 -- primary key is followed, and what direct access would bypass (a
 -- trigger, a CHECK constraint) stops the functions with a clear error
 -- instead of being ignored.

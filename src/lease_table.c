@@ -29,7 +29,12 @@
  *
  * Everything here but the 'latest' fence's read runs as the lease table's
  * owner (store.c's store_begin switches to it with
- * SECURITY_LOCAL_USERID_CHANGE).
+ * SECURITY_LOCAL_USERID_CHANGE).  Index entries of an
+ * update that is not HOT may evaluate functions of an expression or
+ * partial index a DBA added: they run as a security-restricted operation
+ * with a pinned search_path (DlockRestrictedBegin), as PostgreSQL runs
+ * index functions during REINDEX or VACUUM, so the caller's search_path
+ * cannot choose which functions run as the owner.
  *
  * Concurrency (the direct operations' part of the locking protocol, which
  * store.c's header gives in full):
@@ -90,6 +95,7 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "utils/fmgroids.h"
+#include "utils/guc.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -327,12 +333,46 @@ lease_row_live(LeaseRow *row, TimestampTz now)
 }
 
 /*
+ * DlockRestrictedBegin makes the code that follows a security-restricted
+ * operation with search_path pinned to pg_catalog, pg_temp, as PostgreSQL
+ * runs index functions during REINDEX, VACUUM or CREATE INDEX: so an
+ * expression or partial index evaluates its functions as the current user
+ * (the table's owner here) without the caller's search_path choosing them,
+ * and cannot change the session (SET ROLE, temporary tables, GUC changes
+ * outlive it).  Pair with DlockRestrictedEnd; on an error, transaction or
+ * subtransaction abort restores the context and the settings.
+ */
+void
+DlockRestrictedBegin(DlockRestricted *saved)
+{
+	GetUserIdAndSecContext(&saved->save_userid, &saved->save_sec_context);
+	SetUserIdAndSecContext(saved->save_userid,
+						   saved->save_sec_context | SECURITY_RESTRICTED_OPERATION);
+	saved->save_nestlevel = NewGUCNestLevel();
+	DlockRestrictSearchPath();
+}
+
+/*
+ * DlockRestrictedEnd undoes DlockRestrictedBegin: rolls back every
+ * setting changed since (the search_path included) and restores the
+ * security context.
+ */
+void
+DlockRestrictedEnd(DlockRestricted *saved)
+{
+	Assert(InSecurityRestrictedOperation());
+	AtEOXact_GUC(false, saved->save_nestlevel);
+	SetUserIdAndSecContext(saved->save_userid, saved->save_sec_context);
+}
+
+/*
  * lease_insert_index_entries adds the entries of the new version in
  * la->newslot to every index of the lease table that takes inserts (an
  * update that was not HOT needs them): the primary key, and any index a
  * DBA added or REINDEX CONCURRENTLY is building.  Uses the executor's own
  * routine, with its unique checks, so expression and partial indexes are
- * handled as an UPDATE statement would.  Rare: HOT updates need none.
+ * handled as an UPDATE statement would; their functions run restricted
+ * (DlockRestrictedBegin).  Rare: HOT updates need none.
  */
 static void
 lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
@@ -340,6 +380,7 @@ lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 	EState	   *estate = CreateExecutorState();
 	MemoryContext oldcontext;
 	ResultRelInfo *rri;
+	DlockRestricted restricted;
 
 	Assert(LEASE_AS_OWNER(la->table));
 	/* everything below lives in the executor state's memory, freed with it */
@@ -348,7 +389,9 @@ lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 	/* no range table entry: the executor then assumes no updated columns */
 	InitResultRelInfo(rri, la->rel, 0, NULL, 0);
 	ExecOpenIndices(rri, false);
+	DlockRestrictedBegin(&restricted);
 	DlockInsertIndexTuples(rri, la->newslot, estate, update_indexes);
+	DlockRestrictedEnd(&restricted);
 	ExecCloseIndices(rri);
 	MemoryContextSwitchTo(oldcontext);
 	FreeExecutorState(estate);

@@ -85,6 +85,14 @@ typedef struct DlockLeaseChangeOp
 	Oid			holder;			/* out: the row's holder role */
 } DlockLeaseChangeOp;
 
+/* The security context saved by DlockRestrictedBegin. */
+typedef struct DlockRestricted
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} DlockRestricted;
+
 extern void DlockLeaseTableDescribe(DlockLeaseTable *table, Relation rel);
 extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  Oid seqrelid, text *lock_name,
@@ -95,5 +103,7 @@ extern bool DlockLeaseChange(const DlockLeaseTable *table,
 							 DlockLeaseChangeOp *c);
 extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
 								text *lock_name, DlockFenceLease *lease);
+extern void DlockRestrictedBegin(DlockRestricted *saved);
+extern void DlockRestrictedEnd(DlockRestricted *saved);
 
 #endif							/* DLOCK_LEASE_TABLE_H */

@@ -19,7 +19,10 @@
  * under SECURITY_LOCAL_USERID_CHANGE: the table and the sequences stay
  * private, and callers reach them only through these functions.  All SQL
  * is schema-qualified, operators included, so the caller's search_path
- * cannot redirect it; the direct paths name nothing at all.
+ * cannot redirect it; the direct paths name nothing at all.  Functions of
+ * an index a DBA added, which an insertion of index entries evaluates as
+ * the owner, run as a security-restricted operation with a pinned
+ * search_path, as during REINDEX (DlockRestrictedBegin in lease_table.c).
  *
  * The extension's schema is that of the calling SQL function (fn_oid), so
  * nothing is looked up by name in pg_extension.  The schema, the table OID,
@@ -248,6 +251,7 @@ store_prepare_cache(Oid fn_oid)
 	HeapTuple	tup;
 	uint64		inval_start;
 	int			i;
+	DlockRestricted restricted;
 
 	if (store_cache_current(fn_oid))
 		return;
@@ -310,7 +314,9 @@ store_prepare_cache(Oid fn_oid)
 	store_cache.nspid = nspid;
 	store_cache.table.relid = relid;
 
+	/* planned with the search_path they run with (store_exec) */
 	qnsp = quote_identifier(nspname);
+	DlockRestrictedBegin(&restricted);
 	for (i = 0; i < NUM_STMTS; i++)
 	{
 		const DlockStmtDef *def = &stmt_defs[i];
@@ -326,6 +332,7 @@ store_prepare_cache(Oid fn_oid)
 		store_cache.plans[i] = plan;
 		pfree(sql);
 	}
+	DlockRestrictedEnd(&restricted);
 
 	/*
 	 * Preparing locks the table and so may have processed an invalidation
@@ -420,6 +427,11 @@ store_end(DlockStoreSession *session)
  * concurrently changed row raises 40001 (could not serialize access),
  * which a SERIALIZABLE caller retries anyway.
  *
+ * The statement runs as a security-restricted operation with search_path
+ * pinned (DlockRestrictedBegin): an INSERT evaluates, as the table's
+ * owner, the functions of any expression or partial index a DBA added, and
+ * the caller's search_path must not choose them.
+ *
  * store_exec_rules runs the statement with those rules and returns SPI's
  * result code; store_exec checks the result.
  */
@@ -450,6 +462,7 @@ static uint64
 store_exec(DlockStmt id, Datum *values, int expected)
 {
 	int			rc;
+	DlockRestricted restricted;
 
 #ifdef USE_ASSERT_CHECKING
 	TransactionId xact_xmin = InvalidTransactionId;
@@ -465,7 +478,10 @@ store_exec(DlockStmt id, Datum *values, int expected)
 	Assert(id >= 0 && id < NUM_STMTS && store_cache.plans[id] != NULL);
 	Assert(STORE_AS_OWNER());
 	store_spi();
+	/* index expressions of an INSERT run restricted, as in lease_table.c */
+	DlockRestrictedBegin(&restricted);
 	rc = store_exec_rules(id, values);
+	DlockRestrictedEnd(&restricted);
 	/* the caller's transaction snapshot is the one it had */
 	Assert(!TransactionIdIsValid(xact_xmin) ||
 		   (GetTransactionSnapshot()->xmin == xact_xmin &&
