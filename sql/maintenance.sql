@@ -66,6 +66,12 @@ SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1
 ALTER TABLE dlock_lease DROP CONSTRAINT short_names;
 SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1'), '1 hour') AS renewed;
 
+-- and so would forced row-level security
+ALTER TABLE dlock_lease FORCE ROW LEVEL SECURITY;
+SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1'), '1 hour') AS renewed;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE dlock_lease NO FORCE ROW LEVEL SECURITY;
+
 -- a token sequence set back behind the table (a superuser's setval, or a
 -- copy of the table whose sequence stayed behind): a takeover does not
 -- hand out a token at or below the row's, the sequence jumps past it

@@ -246,14 +246,24 @@ lease_open(LeaseAccess *la, const DlockLeaseTable *table)
 	la->table = table;
 	la->rel = table_open(table->relid, RowExclusiveLock);
 	constr = la->rel->rd_att->constr;
-	if (la->rel->trigdesc != NULL ||
-		(constr != NULL && constr->num_check > 0) ||
-		la->rel->rd_rel->relforcerowsecurity)
+	if (la->rel->trigdesc != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease table of extension \"dlock\" has triggers, check constraints or forced row security"),
-				 errdetail("dlock changes its lease table directly, without firing triggers or checking such rules."),
-				 errhint("Remove what was added to the table dlock_lease.")));
+				 errmsg("lease table of extension \"dlock\" has triggers"),
+				 errdetail("The functions of extension dlock change the table directly, so its triggers would not fire."),
+				 errhint("Drop the triggers that were added to table dlock_lease.")));
+	if (constr != NULL && constr->num_check > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has check constraints"),
+				 errdetail("The functions of extension dlock change the table directly, so its check constraints would not be checked."),
+				 errhint("Drop the check constraints that were added to table dlock_lease.")));
+	if (la->rel->rd_rel->relforcerowsecurity)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has forced row-level security"),
+				 errdetail("The functions of extension dlock change the table directly, so its row-level security policies would not apply."),
+				 errhint("Use ALTER TABLE dlock_lease NO FORCE ROW LEVEL SECURITY.")));
 	la->idx = lease_pkey_open(table, la->rel, RowExclusiveLock);
 	la->slot = table_slot_create(la->rel, NULL);
 	la->newslot = MakeSingleTupleTableSlot(RelationGetDescr(la->rel),

@@ -399,7 +399,7 @@ DlockTokenJumpPast(Oid seqrelid, int64 floor)
 					 errmsg("dlock's token sequence was behind its lease table"),
 					 errdetail("The sequence's last value was " INT64_FORMAT ", but a lease already carries token " INT64_FORMAT "; the sequence jumped to " INT64_FORMAT ".",
 							   last, floor, target),
-					 errhint("The sequence was set back or left behind when the table was copied; tokens of other names may have been issued twice.")));
+					 errhint("Find out how the sequence was set back (a setval, or a copy of the table without its sequence), and check whether tokens of other names were issued twice.")));
 		}
 	}
 	PG_FINALLY();
