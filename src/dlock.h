@@ -34,7 +34,11 @@
 /* The SQLSTATE of every fencing rejection: class 55, dlock subclass T01. */
 #define ERRCODE_DLOCK_STALE_TOKEN	MAKE_SQLSTATE('5','5','T','0','1')
 
-/* Input limits (CONTRACT §5); the README documents them. */
+/*
+ * Input limits: a lock name takes at most DLOCK_MAX_NAME_BYTES bytes, an
+ * owner label at most DLOCK_MAX_OWNER_BYTES; longer ones are refused
+ * (22023) before anything is written.  The README documents them.
+ */
 #define DLOCK_MAX_NAME_BYTES	512
 #define DLOCK_MAX_OWNER_BYTES	1024
 
@@ -120,7 +124,7 @@ typedef struct DlockShared
 } DlockShared;
 
 extern DlockShared *DlockShmem;
-extern void DlockShmemInit(void);
+extern void DlockShmemInstallHooks(void);
 
 /* wait.c: waiting for a lease */
 

@@ -309,7 +309,6 @@ typedef struct AcquireArgs
 	text	   *owner;
 	Oid			holder;
 	Interval   *ttl;
-	bool		waiting;		/* attempts of a waiting acquire */
 	int64		token;
 } AcquireArgs;
 
@@ -367,8 +366,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	(void) lease_expiry(start, args.ttl);
 	deadline = timestamp_plus(start, wait);
 
-	args.waiting = (deadline > start);
-	if (!args.waiting)
+	if (deadline <= start)
 		granted = acquire_attempt(&args, &held_until);
 	else
 		granted = DlockWaitAcquire(args.lock_name, deadline, acquire_attempt,
