@@ -1,7 +1,7 @@
 --
--- maintenance: dlock changes its lease table directly (src/store.c), so what
--- a DBA does to the table must not confuse it: an added index gets its
--- entries on every update that is not HOT, REINDEX CONCURRENTLY of the
+-- maintenance: dlock changes its lease table directly (src/lease_table.c),
+-- so what a DBA does to the table must not confuse it: an added index gets
+-- its entries on every update that is not HOT, REINDEX CONCURRENTLY of the
 -- primary key is followed, and what direct access would bypass (a
 -- trigger, a CHECK constraint) stops the functions with a clear error
 -- instead of being ignored.
@@ -65,6 +65,12 @@ SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1
 \echo :LAST_ERROR_SQLSTATE
 ALTER TABLE dlock_lease DROP CONSTRAINT short_names;
 SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1'), '1 hour') AS renewed;
+
+-- and so would forced row-level security
+ALTER TABLE dlock_lease FORCE ROW LEVEL SECURITY;
+SELECT dlock_renew('m:1', (SELECT token FROM dlock_leases WHERE lock_name = 'm:1'), '1 hour') AS renewed;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE dlock_lease NO FORCE ROW LEVEL SECURITY;
 
 -- a token sequence set back behind the table (a superuser's setval, or a
 -- copy of the table whose sequence stayed behind): a takeover does not

@@ -138,4 +138,20 @@ typedef bool DlockUpdateIndexes;
 	((void) ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL))
 #endif
 
+/*
+ * DlockRestrictSearchPath pins search_path to "pg_catalog, pg_temp" at the
+ * current GUC nest level (call NewGUCNestLevel first; AtEOXact_GUC undoes
+ * it), as PostgreSQL does around index functions it runs for maintenance:
+ * RestrictSearchPath() from PostgreSQL 17 on, the same setting before.
+ */
+#if PG_VERSION_NUM >= 170000
+#define DlockRestrictSearchPath()	RestrictSearchPath()
+#else
+#define DLOCK_SAFE_SEARCH_PATH		"pg_catalog, pg_temp"
+#define DlockRestrictSearchPath() \
+	((void) set_config_option("search_path", DLOCK_SAFE_SEARCH_PATH, \
+							  PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, \
+							  true, 0, false))
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

@@ -53,5 +53,5 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("dlock");
 
-	DlockShmemInit();
+	DlockShmemInstallHooks();
 }

@@ -4,8 +4,11 @@
  *	  Declarations shared between the dlock modules.
  *
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
- * argument checks), store.c (all access to the lease table and the token
- * sequence), token.c (token jumps: the sequence moves ahead across crash,
+ * argument checks), store.c (the store: every access to the lease table
+ * and the token sequence starts there; its cache, the switch to the
+ * table's owner, the SQL statements), lease_table.c (direct access to the
+ * lease table, declared in lease_table.h), token.c (token jumps and
+ * durability: the sequence moves ahead across crash,
  * failover and restore), fence.c (the dlock_fence trigger), wait.c
  * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory
  * for waiting and token boot jumps).
@@ -31,7 +34,11 @@
 /* The SQLSTATE of every fencing rejection: class 55, dlock subclass T01. */
 #define ERRCODE_DLOCK_STALE_TOKEN	MAKE_SQLSTATE('5','5','T','0','1')
 
-/* Input limits (CONTRACT §5); the README documents them. */
+/*
+ * Input limits: a lock name takes at most DLOCK_MAX_NAME_BYTES bytes, an
+ * owner label at most DLOCK_MAX_OWNER_BYTES; longer ones are refused
+ * (22023) before anything is written.  The README documents them.
+ */
 #define DLOCK_MAX_NAME_BYTES	512
 #define DLOCK_MAX_OWNER_BYTES	1024
 
@@ -85,9 +92,9 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 								  DlockFenceLease *lease);
 
-/* token.c: token jumps (called by store.c, as the extension's owner) */
+/* token.c: token jumps and durability (the store calls them, as owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
-extern bool DlockTokenNeedsFlush(void);
+extern void DlockTokenMakeDurable(Oid seqrelid);
 extern bool DlockTokenJumpPast(Oid seqrelid, int64 floor);
 extern void DlockTokenForget(void);
 extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
@@ -117,7 +124,7 @@ typedef struct DlockShared
 } DlockShared;
 
 extern DlockShared *DlockShmem;
-extern void DlockShmemInit(void);
+extern void DlockShmemInstallHooks(void);
 
 /* wait.c: waiting for a lease */
 

@@ -100,35 +100,45 @@ typedef struct FenceConfig
 } FenceConfig;
 
 /*
- * fence_bad_argument raises 22023 for a trigger argument that cannot work.
+ * fence_usage_hint adds the hint of a bad trigger argument: how trigger
+ * on rel should call dlock_fence.  For ereport.
  */
-static DLOCK_NORETURN void
-fence_bad_argument(Trigger *trigger, Relation rel, const char *msg,
-				   const char *detail)
+static int
+fence_usage_hint(Trigger *trigger, Relation rel)
 {
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("%s", msg),
-			 errdetail("%s", detail),
-			 errhint("Trigger \"%s\" on relation \"%s\" uses dlock_fence(lock name template, token column [, 'latest' | 'live']).",
-					 trigger->tgname, RelationGetRelationName(rel))));
+	return errhint("Trigger \"%s\" on relation \"%s\" must call dlock_fence(lock name template, token column [, 'latest' | 'live']).",
+				   trigger->tgname, RelationGetRelationName(rel));
 }
 
 /*
+ * fence_bad_argument raises 22023 for an argument of trigger on rel that
+ * cannot work; msg and detail are errmsg(...) and errdetail(...), so the
+ * messages stay literal at each call.
+ */
+#define fence_bad_argument(trigger, rel, msg, detail) \
+	ereport(ERROR, \
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE), \
+			 (msg), (detail), fence_usage_hint((trigger), (rel))))
+
+/*
  * fence_column returns the number of the live column attname of rel, or
- * raises 22023 naming what it was for.
+ * raises 22023 naming what it was for: the lock name template (when
+ * for_template) or the token column argument.
  */
 static int
 fence_column(Trigger *trigger, Relation rel, const char *attname,
-			 const char *what)
+			 bool for_template)
 {
 	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
 
 	if (attnum <= 0)
 		fence_bad_argument(trigger, rel,
-						   psprintf("column \"%s\" does not exist", attname),
-						   psprintf("The %s names column \"%s\", which relation \"%s\" does not have.",
-									what, attname, RelationGetRelationName(rel)));
+						   errmsg("column \"%s\" does not exist", attname),
+						   for_template ?
+						   errdetail("The lock name template names column \"%s\", which relation \"%s\" does not have.",
+									 attname, RelationGetRelationName(rel)) :
+						   errdetail("The token column argument names column \"%s\", which relation \"%s\" does not have.",
+									 attname, RelationGetRelationName(rel)));
 	return attnum;
 }
 
@@ -167,13 +177,13 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 			bool		typisvarlena;
 
 			if (close == NULL)
-				fence_bad_argument(trigger, rel, "invalid lock name template",
-								   psprintf("The \"{\" at position %d of template \"%s\" is not closed; write \"{{\" for a literal brace.",
-											i + 1, template));
+				fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+								   errdetail("The \"{\" at position %d of template \"%s\" is not closed; write \"{{\" for a literal brace.",
+											 i + 1, template));
 			if (close == template + i + 1)
-				fence_bad_argument(trigger, rel, "invalid lock name template",
-								   psprintf("Template \"%s\" has an empty \"{}\" at position %d.",
-											template, i + 1));
+				fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+								   errdetail("Template \"%s\" has an empty \"{}\" at position %d.",
+											 template, i + 1));
 			if (lit.len > 0)
 			{
 				config->segments[config->nsegments++].literal = pstrdup(lit.data);
@@ -182,16 +192,16 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 			seg = &config->segments[config->nsegments++];
 			seg->attname = pnstrdup(template + i + 1, close - (template + i + 1));
 			seg->attnum = fence_column(trigger, rel, seg->attname,
-									   "lock name template");
+									   true);
 			getTypeOutputInfo(TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid,
 							  &typoutput, &typisvarlena);
 			fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
 			i = close - template + 1;
 		}
 		else if (c == '}')
-			fence_bad_argument(trigger, rel, "invalid lock name template",
-							   psprintf("The \"}\" at position %d of template \"%s\" closes nothing; write \"}}\" for a literal brace.",
-										i + 1, template));
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("The \"}\" at position %d of template \"%s\" closes nothing; write \"}}\" for a literal brace.",
+										 i + 1, template));
 		else
 		{
 			appendStringInfoChar(&lit, c);
@@ -201,8 +211,8 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 	if (lit.len > 0)
 		config->segments[config->nsegments++].literal = pstrdup(lit.data);
 	if (config->nsegments == 0)
-		fence_bad_argument(trigger, rel, "invalid lock name template",
-						   "The lock name template is empty.");
+		fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+						   errdetail("The lock name template is empty."));
 }
 
 /*
@@ -236,20 +246,20 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	if (trigger->tgnargs == 3 && strcmp(trigger->tgargs[2], "live") == 0)
 		config->live = true;
 	else if (trigger->tgnargs == 3 && strcmp(trigger->tgargs[2], "latest") != 0)
-		fence_bad_argument(trigger, rel, "unknown fencing mode",
-						   psprintf("The mode is \"%s\"; it must be \"latest\" or \"live\".",
-									trigger->tgargs[2]));
+		fence_bad_argument(trigger, rel, errmsg("unknown fencing mode"),
+						   errdetail("The mode is \"%s\"; it must be \"latest\" or \"live\".",
+									 trigger->tgargs[2]));
 
 	config->token_attname = pstrdup(trigger->tgargs[1]);
 	config->token_attnum = fence_column(trigger, rel, config->token_attname,
-										"token column argument");
+										false);
 	tokatt = TupleDescAttr(RelationGetDescr(rel), config->token_attnum - 1);
 	if (getBaseType(tokatt->atttypid) != INT8OID)
-		fence_bad_argument(trigger, rel, "token column must be of type bigint",
-						   psprintf("Column \"%s\" of relation \"%s\" is of type %s.",
-									config->token_attname,
-									RelationGetRelationName(rel),
-									format_type_be(tokatt->atttypid)));
+		fence_bad_argument(trigger, rel, errmsg("token column must be of type bigint"),
+						   errdetail("Column \"%s\" of relation \"%s\" is of type %s.",
+									 config->token_attname,
+									 RelationGetRelationName(rel),
+									 format_type_be(tokatt->atttypid)));
 
 	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
 
@@ -297,20 +307,28 @@ fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
 }
 
 /*
- * fence_reject raises the fencing rejection (55T01) for a write to rel
- * under lock lock_name; detail says why.
+ * fence_reject_hint adds the hint of a fencing rejection under lock
+ * lock_name.  For ereport.
  */
-static DLOCK_NORETURN void
-fence_reject(Relation rel, text *lock_name, const char *detail)
+static int
+fence_reject_hint(text *lock_name)
 {
-	ereport(ERROR,
-			(errcode(ERRCODE_DLOCK_STALE_TOKEN),
-			 errmsg("fencing token rejected for relation \"%s\"",
-					RelationGetRelationName(rel)),
-			 errdetail("%s", detail),
-			 errhint("The writer does not hold lock \"%s\"; it must acquire it again and write with the new token.",
-					 text_to_cstring(lock_name))));
+	return errhint("The writer does not hold lock \"%s\"; it must acquire it again and write with the new token.",
+				   text_to_cstring(lock_name));
 }
+
+/*
+ * fence_reject raises the fencing rejection (55T01) for a write to rel
+ * under lock lock_name; the rest are errdetail's format and arguments,
+ * saying why.
+ */
+#define fence_reject(rel, lock_name, ...) \
+	ereport(ERROR, \
+			(errcode(ERRCODE_DLOCK_STALE_TOKEN), \
+			 errmsg("fencing token rejected for relation \"%s\"", \
+					RelationGetRelationName(rel)), \
+			 errdetail(__VA_ARGS__), \
+			 fence_reject_hint(lock_name)))
 
 /*
  * dlock_fence() is a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger that
@@ -362,32 +380,32 @@ dlock_fence(PG_FUNCTION_ARGS)
 	d = heap_getattr(newtuple, config->token_attnum, tupdesc, &isnull);
 	if (isnull)
 		fence_reject(rel, lock_name,
-					 psprintf("Lock \"%s\": the row carries no token (column \"%s\" is null).",
-							  text_to_cstring(lock_name), config->token_attname));
+					 "Lock \"%s\": the row carries no token (column \"%s\" is null).",
+					 text_to_cstring(lock_name), config->token_attname);
 	token = DatumGetInt64(d);
 
 	DlockStoreFenceLookup(fcinfo->flinfo->fn_oid, lock_name, config->live,
 						  &lease);
 	if (!lease.found)
 		fence_reject(rel, lock_name,
-					 psprintf("Lock \"%s\" has no lease (it was never acquired, or was purged); the row carries token " INT64_FORMAT ".",
-							  text_to_cstring(lock_name), token));
+					 "Lock \"%s\" has no lease (it was never acquired, or was purged); the row carries token " INT64_FORMAT ".",
+					 text_to_cstring(lock_name), token);
 	if (token < lease.token)
 		fence_reject(rel, lock_name,
-					 psprintf("Lock \"%s\": the row carries token " INT64_FORMAT ", but the current token is " INT64_FORMAT ".",
-							  text_to_cstring(lock_name), token, lease.token));
+					 "Lock \"%s\": the row carries token " INT64_FORMAT ", but the current token is " INT64_FORMAT ".",
+					 text_to_cstring(lock_name), token, lease.token);
 	if (token > lease.token)
 		fence_reject(rel, lock_name,
-					 psprintf("Lock \"%s\": the row carries token " INT64_FORMAT ", which was not issued for this lock; the current token is " INT64_FORMAT ".",
-							  text_to_cstring(lock_name), token, lease.token));
+					 "Lock \"%s\": the row carries token " INT64_FORMAT ", which was not issued for this lock; the current token is " INT64_FORMAT ".",
+					 text_to_cstring(lock_name), token, lease.token);
 	if (config->live && lease.released)
 		fence_reject(rel, lock_name,
-					 psprintf("Lock \"%s\": token " INT64_FORMAT " is current, but its lease was released at %s.",
-							  text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at)));
+					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease was released at %s.",
+					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
 	if (config->live && lease.expires_at <= GetCurrentTimestamp())
 		fence_reject(rel, lock_name,
-					 psprintf("Lock \"%s\": token " INT64_FORMAT " is current, but its lease expired at %s.",
-							  text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at)));
+					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease expired at %s.",
+					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
 
 	/*
 	 * The row's own history never goes backwards, whatever the leases say:
@@ -400,8 +418,8 @@ dlock_fence(PG_FUNCTION_ARGS)
 
 		if (!isnull && token < DatumGetInt64(oldd))
 			fence_reject(rel, lock_name,
-						 psprintf("Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
-								  text_to_cstring(lock_name), token, DatumGetInt64(oldd)));
+						 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
+						 text_to_cstring(lock_name), token, DatumGetInt64(oldd));
 	}
 
 	return PointerGetDatum(newtuple);

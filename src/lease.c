@@ -298,7 +298,7 @@ check_holder(Oid holder, text *lock_name, const char *action)
 					   text_to_cstring(lock_name), holder_name) :
 			 errdetail("Lease \"%s\" was acquired by a role that has been dropped (OID %u).",
 					   text_to_cstring(lock_name), holder),
-			 errhint("Only the role that acquired a lease, its members and superusers can renew or release it.")));
+			 errhint("Renew or release the lease as the role that acquired it, as a member of that role, or as a superuser.")));
 }
 
 /* What an acquire attempt needs; token is its result. */
@@ -309,7 +309,6 @@ typedef struct AcquireArgs
 	text	   *owner;
 	Oid			holder;
 	Interval   *ttl;
-	bool		waiting;		/* attempts of a waiting acquire */
 	int64		token;
 } AcquireArgs;
 
@@ -367,8 +366,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	(void) lease_expiry(start, args.ttl);
 	deadline = timestamp_plus(start, wait);
 
-	args.waiting = (deadline > start);
-	if (!args.waiting)
+	if (deadline <= start)
 		granted = acquire_attempt(&args, &held_until);
 	else
 		granted = DlockWaitAcquire(args.lock_name, deadline, acquire_attempt,

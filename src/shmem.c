@@ -110,11 +110,11 @@ shmem_startup(void)
 }
 
 /*
- * DlockShmemInit installs the shared memory hooks when dlock is being
+ * DlockShmemInstallHooks installs the shared memory hooks when dlock is being
  * preloaded; otherwise it does nothing and waiting falls back to polling.
  */
 void
-DlockShmemInit(void)
+DlockShmemInstallHooks(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;

@@ -46,8 +46,17 @@
  *   before the restart by the clock: the jump lands above it, and grants
  *   need not flush WAL themselves.  Shared memory records, per server
  *   start, the databases whose jump is done (DlockShared.boot_dbs).  Without preload, or when that table is full,
- *   there is no boot jump and store.c flushes the sequence's WAL before
- *   handing out each token, which needs no clock at all.
+ *   there is no boot jump and the sequence's WAL is flushed before each
+ *   token is handed out (DlockTokenMakeDurable), which needs no clock at
+ *   all: nextval() WAL-logs the sequence only every SEQ_LOG_VALS calls,
+ *   logging ahead, and that record reaches disk only when some later
+ *   flush covers it; if the granting transaction never commits, or
+ *   commits with synchronous_commit off, a crash would restart the
+ *   sequence below tokens already returned.  So acquire flushes WAL up to
+ *   the sequence page's LSN (the record that covers the token) before
+ *   returning a token: one flush per SEQ_LOG_VALS grants at most, and
+ *   nothing when a commit already flushed.  Reading the LSN takes a share
+ *   lock on the sequence's buffer, briefly.
  *
  * What this asks of the clock: it must not step backwards across a
  * restart or a failover by more than the restart or failover took.  A
@@ -83,14 +92,18 @@
  */
 #include "postgres.h"
 
+#include "access/relation.h"
 #include "access/xlog.h"
 #include "access/xact.h"
+#include "catalog/pg_class.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "utils/fmgrprotos.h"
+#include "utils/rel.h"
 
 #include "compat.h"
 #include "dlock.h"
@@ -386,7 +399,7 @@ DlockTokenJumpPast(Oid seqrelid, int64 floor)
 					 errmsg("dlock's token sequence was behind its lease table"),
 					 errdetail("The sequence's last value was " INT64_FORMAT ", but a lease already carries token " INT64_FORMAT "; the sequence jumped to " INT64_FORMAT ".",
 							   last, floor, target),
-					 errhint("The sequence was set back or left behind when the table was copied; tokens of other names may have been issued twice.")));
+					 errhint("Find out how the sequence was set back (a setval, or a copy of the table without its sequence), and check whether tokens of other names were issued twice.")));
 		}
 	}
 	PG_FINALLY();
@@ -398,14 +411,39 @@ DlockTokenJumpPast(Oid seqrelid, int64 floor)
 }
 
 /*
- * DlockTokenNeedsFlush reports whether a token just drawn must have its
- * sequence WAL flushed before it is handed out: always, unless this
- * server start's boot jump covers the database (see the file header).
+ * token_flush_wal makes the WAL record that covers every token handed out
+ * so far durable: it flushes WAL up to the LSN of the token sequence's page
+ * (see the file header).  Takes AccessShareLock on the sequence seqrelid
+ * (already held by nextval in this transaction) and a brief share lock on
+ * its buffer.
  */
-bool
-DlockTokenNeedsFlush(void)
+static void
+token_flush_wal(Oid seqrelid)
 {
-	return !(token_state.checked && token_state.boot_done);
+	Relation	seqrel = relation_open(seqrelid, AccessShareLock);
+	Buffer		buf = ReadBuffer(seqrel, 0);
+	XLogRecPtr	lsn;
+
+	Assert(seqrel->rd_rel->relkind == RELKIND_SEQUENCE);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	lsn = PageGetLSN(BufferGetPage(buf));
+	UnlockReleaseBuffer(buf);
+	relation_close(seqrel, AccessShareLock);
+
+	XLogFlush(lsn);
+}
+
+/*
+ * DlockTokenMakeDurable is called when a grant drew a token from the
+ * sequence seqrelid: it makes the token safe to hand out.  Nothing to do
+ * when this server start's boot jump covers the database; otherwise it
+ * flushes the sequence's WAL (see the file header).
+ */
+void
+DlockTokenMakeDurable(Oid seqrelid)
+{
+	if (!(token_state.checked && token_state.boot_done))
+		token_flush_wal(seqrelid);
 }
 
 /*

@@ -1,0 +1,668 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/lease_table.c
+ *	  Direct access to the lease table (dlock_lease): its one description
+ *	  (the columns, found by name), the lookup through its primary key, and
+ *	  the hot paths that read and change a lease row without SQL: taking
+ *	  over an ended lease, renew, release and break, and the 'latest'
+ *	  fence's read.  store.c owns the rest (its cache, the switch to the
+ *	  table's owner, the SQL statements).
+ *
+ * Direct access: the hot paths read the row through the primary key index
+ * and change it with table_tuple_lock and table_tuple_update, without
+ * SPI's per-statement executor setup.  They keep the SQL statements'
+ * semantics exactly: a fresh snapshot for every read, FOR UPDATE SKIP
+ * LOCKED for a takeover, NO KEY UPDATE (waiting) for renew, release and
+ * break, and READ COMMITTED rules when the row was changed concurrently
+ * (read its newest version again and recheck).  The primary key comes from
+ * the relcache at each operation (REINDEX CONCURRENTLY replaces it); an
+ * update that is not HOT gets its entries in every index through the
+ * executor's own routine, unique checks included.  What direct access
+ * would bypass (triggers, CHECK constraints, forced row security: none of
+ * dlock's making) makes the operations refuse.
+ *
+ * The table is described once (DlockLeaseTable): the number of each
+ * column dlock uses is looked up by name when store.c builds its cache,
+ * and checked against the expected type and NOT NULL.  Columns a later
+ * version adds are allowed; an update copies them from the version it
+ * replaces.  New versions are built from named fields (DlockLeaseFields).
+ *
+ * Everything here but the 'latest' fence's read runs as the lease table's
+ * owner (store.c's store_begin switches to it with
+ * SECURITY_LOCAL_USERID_CHANGE).  Index entries of an
+ * update that is not HOT may evaluate functions of an expression or
+ * partial index a DBA added: they run as a security-restricted operation
+ * with a pinned search_path (DlockRestrictedBegin), as PostgreSQL runs
+ * index functions during REINDEX or VACUUM, so the caller's search_path
+ * cannot choose which functions run as the owner.
+ *
+ * Concurrency (the direct operations' part of the locking protocol, which
+ * store.c's header gives in full):
+ *
+ * - Every operation opens the table and its primary key with
+ *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock), kept
+ *   until the transaction ends, as a statement's would be.
+ *
+ * - Acquire never waits for another transaction.  A row that is locked by
+ *   an open transaction (an uncommitted acquire, renew, release or break,
+ *   or a 'live' fenced writer) counts as held: the takeover reads the row
+ *   and, when its lease ended, locks that version FOR UPDATE without
+ *   waiting (LockWaitSkip); a lock it cannot have means "held" (a live
+ *   lease it read reports its expiry, which a waiter can sleep until).
+ *   FOR UPDATE (not NO KEY UPDATE) conflicts with every row lock,
+ *   including FOR KEY SHARE.  Only the version that was checked is ever
+ *   locked; if it changed since the read, the takeover reads again.
+ *
+ * - Renew, release and break read the row and, when it qualifies, update
+ *   that version in place of an UPDATE statement: they may wait for a
+ *   concurrent transaction that changed or locked the same row (its
+ *   outcome decides theirs: if it committed a change, they read the newest
+ *   version and decide again, as READ COMMITTED rules would), and take FOR
+ *   NO KEY UPDATE, which does not conflict with the FOR KEY SHARE lock a
+ *   fenced writer holds.
+ *
+ * - A call that changes nothing keeps no lock: the takeover locks a row
+ *   version only once it has checked that its lease ended, and then always
+ *   takes it; renew, release and break lock only by updating.  So a failed
+ *   attempt of a waiting acquire, or a refused call inside a transaction
+ *   block, leaves nothing that could block the lease's holder until the
+ *   caller's transaction ends, and needs no subtransaction.  (An acquire
+ *   that finds the name has no row yet may keep dlock's name lock, see
+ *   store.c, only when it inserted the row.)
+ *
+ * - The 'latest' fence reads the lease of a name with a fresh snapshot and
+ *   no row lock.  (The 'live' fence's FOR KEY SHARE is an SQL statement in
+ *   store.c.)
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "compat.h"
+#include "dlock.h"
+#include "lease_table.h"
+
+/* Whether the current code runs as the lease table's owner (store_begin). */
+#define LEASE_AS_OWNER(table) \
+	(InLocalUserIdChange() && GetUserId() == (table)->owner)
+
+/* An open lease table, its index and slots, for one direct operation. */
+typedef struct LeaseAccess
+{
+	const DlockLeaseTable *table;
+	Relation	rel;
+	Relation	idx;
+	TupleTableSlot *slot;		/* the row as read (and locked) */
+	TupleTableSlot *newslot;	/* the new version */
+} LeaseAccess;
+
+/* A row as read: its TID and its fields. */
+typedef struct LeaseRow
+{
+	ItemPointerData tid;
+	DlockLeaseFields f;
+} LeaseRow;
+
+/*
+ * lease_column returns the number of column attname of the lease table
+ * described by desc, checking that it has type typid and is NOT NULL; 0
+ * when it does not.
+ */
+static AttrNumber
+lease_column(TupleDesc desc, const char *attname, Oid typid)
+{
+	int			i;
+
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped || strcmp(NameStr(att->attname), attname) != 0)
+			continue;
+		if (att->atttypid != typid || !att->attnotnull)
+			return 0;
+		return att->attnum;
+	}
+	return 0;
+}
+
+/*
+ * DlockLeaseTableDescribe fills in where the columns of the lease table
+ * rel are (table->relid and table->owner are the caller's), looking each
+ * up by name.  Raises unless every column dlock uses is there, with its
+ * type and NOT NULL (a damaged or hand-altered install); other columns are
+ * allowed.
+ */
+void
+DlockLeaseTableDescribe(DlockLeaseTable *table, Relation rel)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+
+	table->att_lock_name = lease_column(desc, "lock_name", TEXTOID);
+	table->att_token = lease_column(desc, "token", INT8OID);
+	table->att_owner = lease_column(desc, "owner", TEXTOID);
+	table->att_holder_role = lease_column(desc, "holder_role", REGROLEOID);
+	table->att_acquired_at = lease_column(desc, "acquired_at", TIMESTAMPTZOID);
+	table->att_renewed_at = lease_column(desc, "renewed_at", TIMESTAMPTZOID);
+	table->att_expires_at = lease_column(desc, "expires_at", TIMESTAMPTZOID);
+	table->att_released = lease_column(desc, "released", BOOLOID);
+
+	if (table->att_lock_name == 0 || table->att_token == 0 ||
+		table->att_owner == 0 || table->att_holder_role == 0 ||
+		table->att_acquired_at == 0 || table->att_renewed_at == 0 ||
+		table->att_expires_at == 0 || table->att_released == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has unexpected columns"),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+}
+
+/*
+ * lease_pkey_open opens the primary key of the lease table rel with
+ * lockmode, as the relcache knows it now (REINDEX CONCURRENTLY replaces
+ * it).  Raises if there is none, or if it is not on lock_name alone (a
+ * damaged install).
+ */
+static Relation
+lease_pkey_open(const DlockLeaseTable *table, Relation rel, LOCKMODE lockmode)
+{
+	Oid			pkey = DlockPrimaryKeyIndex(rel);
+	Relation	idx;
+
+	if (!OidIsValid(pkey))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table index of extension \"dlock\" is missing"),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+	idx = index_open(pkey, lockmode);
+	if (IndexRelationGetNumberOfKeyAttributes(idx) != 1 ||
+		idx->rd_index->indkey.values[0] != table->att_lock_name)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table index of extension \"dlock\" is not on lock_name"),
+				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+	return idx;
+}
+
+/*
+ * lease_lookup looks lock_name up in the lease table rel through its
+ * primary key idx with snapshot, stores the visible version (if any) in
+ * slot and returns whether there was one.
+ */
+static bool
+lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
+			 TupleTableSlot *slot)
+{
+	IndexScanDesc scan;
+	ScanKeyData key;
+	bool		found;
+
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = DlockIndexBeginScan(rel, idx, snapshot, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+/*
+ * lease_open opens the lease table and its primary key (as the relcache
+ * knows it now: REINDEX CONCURRENTLY replaces it) for a direct operation,
+ * with RowExclusiveLock (kept until the transaction ends, as a statement's
+ * would be).  Raises if the table has what direct access would bypass: a
+ * trigger, a CHECK constraint or forced row security (none of dlock's own
+ * making; only a superuser could add them).
+ */
+static void
+lease_open(LeaseAccess *la, const DlockLeaseTable *table)
+{
+	TupleConstr *constr;
+
+	/* direct access changes leases as the owner */
+	Assert(LEASE_AS_OWNER(table));
+	Assert(table->att_lock_name > 0 && table->att_released > 0);
+	la->table = table;
+	la->rel = table_open(table->relid, RowExclusiveLock);
+	constr = la->rel->rd_att->constr;
+	if (la->rel->trigdesc != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has triggers"),
+				 errdetail("The functions of extension dlock change the table directly, so its triggers would not fire."),
+				 errhint("Drop the triggers that were added to table dlock_lease.")));
+	if (constr != NULL && constr->num_check > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has check constraints"),
+				 errdetail("The functions of extension dlock change the table directly, so its check constraints would not be checked."),
+				 errhint("Drop the check constraints that were added to table dlock_lease.")));
+	if (la->rel->rd_rel->relforcerowsecurity)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("lease table of extension \"dlock\" has forced row-level security"),
+				 errdetail("The functions of extension dlock change the table directly, so its row-level security policies would not apply."),
+				 errhint("Use ALTER TABLE dlock_lease NO FORCE ROW LEVEL SECURITY.")));
+	la->idx = lease_pkey_open(table, la->rel, RowExclusiveLock);
+	la->slot = table_slot_create(la->rel, NULL);
+	la->newslot = MakeSingleTupleTableSlot(RelationGetDescr(la->rel),
+										   &TTSOpsVirtual);
+}
+
+/*
+ * lease_close undoes lease_open (on an error, transaction or
+ * subtransaction abort releases what lease_open took).
+ */
+static void
+lease_close(LeaseAccess *la)
+{
+	ExecDropSingleTupleTableSlot(la->newslot);
+	ExecDropSingleTupleTableSlot(la->slot);
+	index_close(la->idx, NoLock);
+	table_close(la->rel, NoLock);
+}
+
+/*
+ * lease_field returns column attnum of the version in slot; every column
+ * dlock uses is NOT NULL (DlockLeaseTableDescribe).
+ */
+static inline Datum
+lease_field(TupleTableSlot *slot, AttrNumber attnum)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, attnum, &isnull);
+
+	Assert(!isnull);
+	return d;
+}
+
+/*
+ * lease_row_from_slot copies the TID and the fields of the version in
+ * la->slot into *row.  The owner label points into the slot's buffer,
+ * which the slot keeps pinned.
+ */
+static void
+lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
+{
+	const DlockLeaseTable *t = la->table;
+	TupleTableSlot *slot = la->slot;
+
+	Assert(ItemPointerIsValid(&slot->tts_tid));
+	row->tid = slot->tts_tid;
+	row->f.token = DatumGetInt64(lease_field(slot, t->att_token));
+	row->f.owner = (text *) DatumGetPointer(lease_field(slot, t->att_owner));
+	row->f.holder_role = DatumGetObjectId(lease_field(slot, t->att_holder_role));
+	row->f.acquired_at = DatumGetTimestampTz(lease_field(slot, t->att_acquired_at));
+	row->f.renewed_at = DatumGetTimestampTz(lease_field(slot, t->att_renewed_at));
+	row->f.expires_at = DatumGetTimestampTz(lease_field(slot, t->att_expires_at));
+	row->f.released = DatumGetBool(lease_field(slot, t->att_released));
+}
+
+/*
+ * lease_read looks lock_name up with snapshot and, when a version is
+ * visible, stores its TID and fields in *row (the slot keeps the version)
+ * and returns true.
+ */
+static bool
+lease_read(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
+{
+	if (!lease_lookup(la->rel, la->idx, snapshot, lock_name, la->slot))
+		return false;
+	lease_row_from_slot(la, row);
+	return true;
+}
+
+/*
+ * lease_row_live reports whether the lease in row is live at now.
+ */
+static inline bool
+lease_row_live(LeaseRow *row, TimestampTz now)
+{
+	return !row->f.released && row->f.expires_at > now;
+}
+
+/*
+ * DlockRestrictedBegin makes the code that follows a security-restricted
+ * operation with search_path pinned to pg_catalog, pg_temp, as PostgreSQL
+ * runs index functions during REINDEX, VACUUM or CREATE INDEX: so an
+ * expression or partial index evaluates its functions as the current user
+ * (the table's owner here) without the caller's search_path choosing them,
+ * and cannot change the session (SET ROLE, temporary tables, GUC changes
+ * outlive it).  Pair with DlockRestrictedEnd; on an error, transaction or
+ * subtransaction abort restores the context and the settings.
+ */
+void
+DlockRestrictedBegin(DlockRestricted *saved)
+{
+	GetUserIdAndSecContext(&saved->save_userid, &saved->save_sec_context);
+	SetUserIdAndSecContext(saved->save_userid,
+						   saved->save_sec_context | SECURITY_RESTRICTED_OPERATION);
+	saved->save_nestlevel = NewGUCNestLevel();
+	DlockRestrictSearchPath();
+}
+
+/*
+ * DlockRestrictedEnd undoes DlockRestrictedBegin: rolls back every
+ * setting changed since (the search_path included) and restores the
+ * security context.
+ */
+void
+DlockRestrictedEnd(DlockRestricted *saved)
+{
+	Assert(InSecurityRestrictedOperation());
+	AtEOXact_GUC(false, saved->save_nestlevel);
+	SetUserIdAndSecContext(saved->save_userid, saved->save_sec_context);
+}
+
+/*
+ * lease_insert_index_entries adds the entries of the new version in
+ * la->newslot to every index of the lease table that takes inserts (an
+ * update that was not HOT needs them): the primary key, and any index a
+ * DBA added or REINDEX CONCURRENTLY is building.  Uses the executor's own
+ * routine, with its unique checks, so expression and partial indexes are
+ * handled as an UPDATE statement would; their functions run restricted
+ * (DlockRestrictedBegin).  Rare: HOT updates need none.
+ */
+static void
+lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
+{
+	EState	   *estate = CreateExecutorState();
+	MemoryContext oldcontext;
+	ResultRelInfo *rri;
+	DlockRestricted restricted;
+
+	Assert(LEASE_AS_OWNER(la->table));
+	/* everything below lives in the executor state's memory, freed with it */
+	oldcontext = MemoryContextSwitchTo(estate->es_query_cxt);
+	rri = makeNode(ResultRelInfo);
+	/* no range table entry: the executor then assumes no updated columns */
+	InitResultRelInfo(rri, la->rel, 0, NULL, 0);
+	ExecOpenIndices(rri, false);
+	DlockRestrictedBegin(&restricted);
+	DlockInsertIndexTuples(rri, la->newslot, estate, update_indexes);
+	DlockRestrictedEnd(&restricted);
+	ExecCloseIndices(rri);
+	MemoryContextSwitchTo(oldcontext);
+	FreeExecutorState(estate);
+}
+
+/*
+ * lease_write replaces the version at row->tid (the one in la->slot) with
+ * row's fields (already changed by the caller), carrying over the lock
+ * name and any column dlock does not know, waiting for a concurrent
+ * transaction that holds a conflicting lock or changed it.  Returns TM_Ok
+ * when it wrote, or TM_Updated / TM_Deleted when a concurrent transaction
+ * committed a change first (nothing written: read the row again).  Adds
+ * the index entries when the update is not HOT, and makes the change
+ * visible to the rest of the transaction (CommandCounterIncrement).
+ */
+static TM_Result
+lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
+{
+	const DlockLeaseTable *t = la->table;
+	TupleTableSlot *newslot = la->newslot;
+	TM_FailureData tmfd;
+	LockTupleMode lockmode;
+	DlockUpdateIndexes update_indexes;
+	TM_Result	res;
+	int			natts = RelationGetDescr(la->rel)->natts;
+
+	Assert(ItemPointerIsValid(&row->tid));
+	Assert(ItemPointerEquals(&row->tid, &la->slot->tts_tid));
+	Assert(snapshot != NULL && IsMVCCSnapshot(snapshot));
+
+	/* the old version's columns, then dlock's fields over them */
+	ExecClearTuple(newslot);
+	slot_getallattrs(la->slot);
+	memcpy(newslot->tts_values, la->slot->tts_values, natts * sizeof(Datum));
+	memcpy(newslot->tts_isnull, la->slot->tts_isnull, natts * sizeof(bool));
+	newslot->tts_values[t->att_token - 1] = Int64GetDatum(row->f.token);
+	newslot->tts_values[t->att_owner - 1] = PointerGetDatum(row->f.owner);
+	newslot->tts_values[t->att_holder_role - 1] = ObjectIdGetDatum(row->f.holder_role);
+	newslot->tts_values[t->att_acquired_at - 1] = TimestampTzGetDatum(row->f.acquired_at);
+	newslot->tts_values[t->att_renewed_at - 1] = TimestampTzGetDatum(row->f.renewed_at);
+	newslot->tts_values[t->att_expires_at - 1] = TimestampTzGetDatum(row->f.expires_at);
+	newslot->tts_values[t->att_released - 1] = BoolGetDatum(row->f.released);
+	Assert(!newslot->tts_isnull[t->att_lock_name - 1]);
+	ExecStoreVirtualTuple(newslot);
+
+	res = table_tuple_update(la->rel, &row->tid, newslot,
+							 GetCurrentCommandId(true), snapshot,
+							 InvalidSnapshot, true, &tmfd, &lockmode,
+							 &update_indexes);
+	switch (res)
+	{
+		case TM_Ok:
+			break;
+		case TM_Updated:
+		case TM_Deleted:
+			return res;
+		default:
+			elog(ERROR, "unexpected result %d updating a dlock lease row", (int) res);
+	}
+
+	if (DlockNeedsIndexInsert(update_indexes))
+		lease_insert_index_entries(la, update_indexes);
+	CommandCounterIncrement();
+	return TM_Ok;
+}
+
+/* Takeover attempts that meet a concurrent committed change before giving up. */
+#define TAKE_TRIES	3
+
+/*
+ * DlockLeaseTake takes over the ended lease of lock_name, if it has one,
+ * for holder (labelled owner) from now until expires: locks the version it
+ * read FOR UPDATE without waiting (an open transaction's lock means held),
+ * draws a token from the sequence seqrelid and writes the new lease.  Sets
+ * *token, or *held_until when a live lease holds the name.
+ */
+DlockTakeResult
+DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
+			   text *owner, Oid holder, TimestampTz now, TimestampTz expires,
+			   int64 *token, TimestampTz *held_until)
+{
+	LeaseAccess la;
+	DlockTakeResult result = DLOCK_TAKE_HELD;
+	int			try;
+
+	lease_open(&la, table);
+	for (try = 0; try < TAKE_TRIES; try++)
+	{
+		Snapshot	snapshot = RegisterSnapshot(GetLatestSnapshot());
+		LeaseRow	row;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		if (!lease_read(&la, snapshot, lock_name, &row))
+		{
+			UnregisterSnapshot(snapshot);
+			result = DLOCK_TAKE_NO_ROW;
+			break;
+		}
+		if (lease_row_live(&row, now))
+		{
+			UnregisterSnapshot(snapshot);
+			*held_until = row.f.expires_at;
+			result = DLOCK_TAKE_HELD;
+			break;
+		}
+
+		/* FOR UPDATE: conflicts with every row lock, FOR KEY SHARE included */
+		res = table_tuple_lock(la.rel, &row.tid, snapshot, la.slot,
+							   GetCurrentCommandId(true), LockTupleExclusive,
+							   LockWaitSkip, 0, &tmfd);
+		if (res == TM_WouldBlock)
+		{
+			UnregisterSnapshot(snapshot);
+			result = DLOCK_TAKE_HELD;	/* an open transaction is changing it */
+			break;
+		}
+		if (res == TM_Updated || res == TM_Deleted)
+		{
+			UnregisterSnapshot(snapshot);
+			continue;			/* changed since the read: read again */
+		}
+		if (res != TM_Ok)
+			elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+
+		/*
+		 * Locked the version that was read (TM_Ok: not changed since), so
+		 * it is still ended.  Take it.
+		 */
+		lease_row_from_slot(&la, &row);
+		Assert(!lease_row_live(&row, now));
+		*token = nextval_internal(seqrelid, true);
+
+		/*
+		 * Tokens of a name only grow: they come from one sequence, drawn
+		 * after the last grant.  A sequence found behind the row was set
+		 * back or left behind by a copy: it jumps past the row, and the
+		 * token is drawn again (DlockTokenJumpPast).
+		 */
+		if (*token <= row.f.token)
+		{
+			(void) DlockTokenJumpPast(seqrelid, row.f.token);
+			*token = nextval_internal(seqrelid, true);
+		}
+		Assert(*token > row.f.token);
+		row.f.token = *token;
+		row.f.owner = owner;
+		row.f.holder_role = holder;
+		row.f.acquired_at = now;
+		row.f.renewed_at = now;
+		row.f.expires_at = expires;
+		row.f.released = false;
+		if (lease_write(&la, snapshot, &row) != TM_Ok)
+			elog(ERROR, "dlock lease row changed while locked");
+		UnregisterSnapshot(snapshot);
+		result = DLOCK_TAKE_GRANTED;
+		break;
+	}
+	lease_close(&la);
+	return result;
+}
+
+/*
+ * DlockLeaseChange is the body of renew, release and break (c->kind says
+ * which): it reads the row, and when its lease qualifies (live, and held
+ * by c's token unless breaking) writes the change, waiting for a
+ * concurrent transaction that changes the same row and then deciding
+ * again on the row's newest version.  Sets c->outcome and c->holder (the
+ * row's holder role); returns whether it changed the lease.
+ */
+bool
+DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
+{
+	LeaseAccess la;
+	bool		changed = false;
+
+	c->holder = InvalidOid;
+	lease_open(&la, table);
+	for (;;)
+	{
+		Snapshot	snapshot;
+		LeaseRow	row;
+		TM_Result	res;
+
+		CHECK_FOR_INTERRUPTS();
+		snapshot = RegisterSnapshot(GetLatestSnapshot());
+		if (!lease_read(&la, snapshot, c->lock_name, &row))
+		{
+			UnregisterSnapshot(snapshot);
+			c->outcome = DLOCK_STORE_NO_LEASE;
+			break;
+		}
+		if (c->kind != DLOCK_CHANGE_BREAK)
+			c->holder = row.f.holder_role;
+		if (!lease_row_live(&row, c->now) ||
+			(c->kind != DLOCK_CHANGE_BREAK && row.f.token != c->token))
+		{
+			UnregisterSnapshot(snapshot);
+			c->outcome = DLOCK_STORE_NOT_HELD;
+			break;
+		}
+
+		Assert(lease_row_live(&row, c->now));
+		Assert(c->kind == DLOCK_CHANGE_BREAK || row.f.token == c->token);
+		if (c->kind == DLOCK_CHANGE_RENEW)
+		{
+			row.f.renewed_at = c->now;
+			row.f.expires_at = c->expires;
+		}
+		else
+		{
+			row.f.released = true;
+			row.f.expires_at = c->now;
+		}
+		res = lease_write(&la, snapshot, &row);
+		UnregisterSnapshot(snapshot);
+		if (res == TM_Ok)
+		{
+			c->outcome = DLOCK_STORE_DONE;
+			changed = true;
+			break;
+		}
+		/* a concurrent change committed first: decide on the newest version */
+	}
+	lease_close(&la);
+	return changed;
+}
+
+/*
+ * DlockLeaseFenceRead reads the lease of lock_name into *lease straight
+ * from the primary key index and the heap, with a fresh snapshot and no
+ * row lock: the 'latest' fence's hot path, without SPI's per-statement
+ * executor setup.  The same MVCC read as lease_read.  Takes
+ * AccessShareLock on the table and the index, kept until the transaction
+ * ends.  Runs as the caller (opening a relation checks no privilege); the
+ * lookup evaluates no user-defined function.
+ */
+void
+DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
+					DlockFenceLease *lease)
+{
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+
+	Assert(OidIsValid(table->relid) && table->att_token > 0);
+	rel = table_open(table->relid, AccessShareLock);
+	idx = lease_pkey_open(table, rel, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	lease->found = lease_lookup(rel, idx, snap, lock_name, slot);
+	if (lease->found)
+	{
+		lease->token = DatumGetInt64(lease_field(slot, table->att_token));
+		lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
+		lease->released = DatumGetBool(lease_field(slot, table->att_released));
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+}
