@@ -6,8 +6,10 @@
  * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
  * argument checks), store.c (the store: every access to the lease table
  * and the token sequence starts there; its cache, the switch to the
- * table's owner, the SQL statements), lease_table.c (direct access to the
- * lease table, declared in lease_table.h), token.c (token jumps and
+ * table's owner, the SQL statements, the session runner), store_ops.c
+ * (the store's operations: acquire, renew, release, break, purge, token
+ * init; store_int.h is what it shares with store.c), lease_table.c
+ * (direct access to the lease table, declared in lease_table.h), token.c (token jumps and
  * durability: the sequence moves ahead across crash,
  * failover and restore), fence.c (the dlock_fence trigger), wait.c
  * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory

@@ -4,8 +4,10 @@
  *	  The lease store: every access to the lease table (dlock_lease) and
  *	  the token sequence (dlock_token_seq) starts here.  This file owns the
  *	  per-backend cache, the switch to the table's owner, the SQL
- *	  statements and the store operations; lease_table.c, called from
- *	  here, owns the direct access to the table, token.c the token jumps.
+ *	  statements and the session runner (DlockStoreRun); store_ops.c owns
+ *	  the operations run in a session (acquire, renew, release, break,
+ *	  purge, token init), lease_table.c the direct access to the table,
+ *	  token.c the token jumps.
  *
  * The hot paths (taking over an ended lease, renew, release, break, and the
  * 'latest' fence's read) access the table directly (lease_table.c).  The
@@ -94,21 +96,7 @@
 #include "compat.h"
 #include "dlock.h"
 #include "lease_table.h"
-
-/* Rows dlock_purge deletes per statement. */
-#define DLOCK_PURGE_BATCH		1000
-
-/* field4 of dlock's advisory lock tags; the SQL advisory functions use 1 and 2 */
-#define DLOCK_LOCKTAG_CLASS		0xD10C
-
-/* The statements, by id.  Keep stmt_defs[] in the same order. */
-typedef enum DlockStmt
-{
-	STMT_INSERT,				/* create the first lease of a name */
-	STMT_FENCE_LIVE,			/* the lease behind a live-mode fenced write */
-	STMT_PURGE,					/* delete a batch of long-ended leases */
-	NUM_STMTS
-} DlockStmt;
+#include "store_int.h"
 
 typedef struct DlockStmtDef
 {
@@ -406,7 +394,7 @@ store_end(DlockStoreSession *session)
 }
 
 /*
- * store_exec runs statement id with the given arguments on a fresh snapshot
+ * DlockStoreExec runs statement id with the given arguments on a fresh snapshot
  * and returns the number of rows it produced (at most one).  The result, if
  * any, is in SPI_tuptable.
  *
@@ -433,7 +421,7 @@ store_end(DlockStoreSession *session)
  * the caller's search_path must not choose them.
  *
  * store_exec_rules runs the statement with those rules and returns SPI's
- * result code; store_exec checks the result.
+ * result code; DlockStoreExec checks the result.
  */
 static int
 store_exec_rules(DlockStmt id, Datum *values)
@@ -457,9 +445,9 @@ store_exec_rules(DlockStmt id, Datum *values)
 	return rc;
 }
 
-/* store_exec: see above. */
-static uint64
-store_exec(DlockStmt id, Datum *values, int expected)
+/* DlockStoreExec: see above. */
+uint64
+DlockStoreExec(DlockStmt id, Datum *values, int expected)
 {
 	int			rc;
 	DlockRestricted restricted;
@@ -493,46 +481,40 @@ store_exec(DlockStmt id, Datum *values, int expected)
 }
 
 /*
- * store_result_datum returns column col (1-based) of the first result row,
+ * DlockStoreResultDatum returns column col (1-based) of the first result row,
  * setting *isnull.
  */
-static Datum
-store_result_datum(int col, bool *isnull)
+Datum
+DlockStoreResultDatum(int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col,
 						 isnull);
 }
 
 /*
- * name_locktag fills tag with dlock's advisory lock for lock_name in the
- * current database.
+ * DlockStoreTable, DlockStoreTokenSeq and DlockStoreTokenOrigin return the
+ * lease table's description and the token sequences of the current store
+ * session (valid between store_begin and store_end).
  */
-static void
-name_locktag(LOCKTAG *tag, text *lock_name)
+DlockLeaseTable *
+DlockStoreTable(void)
 {
-	uint64		h = DlockNameHash(lock_name);
-
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 DLOCK_LOCKTAG_CLASS);
+	Assert(OidIsValid(store_cache.table.relid));
+	return &store_cache.table;
 }
 
-/* Arguments and results of one acquire attempt. */
-typedef struct AcquireOp
+Oid
+DlockStoreTokenSeq(void)
 {
-	text	   *lock_name;
-	text	   *owner;
-	Oid			holder;
-	TimestampTz now;
-	TimestampTz expires;
-	int64		token;			/* out: the new token */
-	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
-} AcquireOp;
+	Assert(OidIsValid(store_cache.seqrelid));
+	return store_cache.seqrelid;
+}
 
-/*
- * A store operation that may change a lease: it runs between store_begin
- * and store_end, and returns whether it changed one (whether to keep it).
- */
-typedef bool (*StoreOp) (void *arg);
+Oid
+DlockStoreTokenOrigin(void)
+{
+	return store_cache.originrelid;
+}
 
 /*
  * store_op_session runs op between store_begin and store_end and returns
@@ -554,7 +536,7 @@ store_op_session(Oid fn_oid, StoreOp op, void *arg)
 }
 
 /*
- * store_run runs op between store_begin and store_end and returns its
+ * DlockStoreRun runs op between store_begin and store_end and returns its
  * result.  With isolate it does so in a subtransaction of its own, kept
  * when op returns true and rolled back otherwise: for an op made of SQL
  * statements whose READ COMMITTED rules can leave a row lock behind when
@@ -565,8 +547,8 @@ store_op_session(Oid fn_oid, StoreOp op, void *arg)
  * they do not change.  An error rolls the subtransaction back and is
  * re-thrown.
  */
-static bool
-store_run(Oid fn_oid, StoreOp op, void *arg, bool isolate)
+bool
+DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 {
 	MemoryContext oldcontext = CurrentMemoryContext;
 	ResourceOwner oldowner = CurrentResourceOwner;
@@ -605,241 +587,6 @@ store_run(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 }
 
 /*
- * acquire_op is the body of DlockStoreTryAcquire; a StoreOp.
- */
-static bool
-acquire_op(void *arg)
-{
-	AcquireOp  *a = (AcquireOp *) arg;
-	Datum		values[5];		/* STMT_INSERT's parameters */
-	int			round;
-
-	values[0] = PointerGetDatum(a->lock_name);
-	values[1] = TimestampTzGetDatum(a->now);
-	values[2] = TimestampTzGetDatum(a->expires);
-	values[3] = PointerGetDatum(a->owner);
-	values[4] = ObjectIdGetDatum(a->holder);
-
-	DlockTokenPrepare(store_cache.seqrelid, store_cache.originrelid);
-
-	/*
-	 * A row can appear between the probe and the insert (another session
-	 * created and committed it); the second round then decides on the row.
-	 */
-	for (round = 0; round < 2; round++)
-	{
-		bool		isnull;
-		LOCKTAG		tag;
-
-		switch (DlockLeaseTake(&store_cache.table, store_cache.seqrelid,
-							   a->lock_name, a->owner, a->holder, a->now,
-							   a->expires, &a->token, &a->held_until))
-		{
-			case DLOCK_TAKE_GRANTED:
-				DlockTokenMakeDurable(store_cache.seqrelid);
-				return true;
-			case DLOCK_TAKE_HELD:
-				return false;
-			case DLOCK_TAKE_NO_ROW:
-				break;
-		}
-
-		name_locktag(&tag, a->lock_name);
-		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-			return false;		/* another session is creating the name */
-
-		Assert(DlockLockHeldByMe(&tag, ExclusiveLock));
-		if (store_exec(STMT_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
-		{
-			a->token = DatumGetInt64(store_result_datum(1, &isnull));
-			Assert(!isnull && a->token > 0);
-			DlockTokenMakeDurable(store_cache.seqrelid);
-			return true;
-		}
-		LockRelease(&tag, ExclusiveLock, false);
-	}
-	return false;
-}
-
-/*
- * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
- * holder, from now until expires.  On success it stores the new token in
- * *token and returns true.  Otherwise it returns false, keeping no lock,
- * and sets *held_until to the expiry of the live lease that holds the
- * name, or to 0 when an open transaction is changing the name's lease (its
- * row is locked, or its first row is being inserted).  Never waits for
- * another transaction (see the protocol above); a grant keeps dlock's name
- * lock when it inserted the name's first row.  A granted token is safe to
- * hand out when this returns (token.c: a boot jump, or a WAL flush).
- */
-bool
-DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
-					 TimestampTz now, TimestampTz expires,
-					 int64 *token, TimestampTz *held_until)
-{
-	AcquireOp	a;
-	bool		granted;
-
-	a.lock_name = lock_name;
-	a.owner = owner;
-	a.holder = holder;
-	a.now = now;
-	a.expires = expires;
-	a.token = 0;
-	a.held_until = 0;
-
-	granted = store_run(fn_oid, acquire_op, &a, false);
-	*token = a.token;
-	*held_until = a.held_until;
-	return granted;
-}
-
-
-/*
- * change_op is DlockLeaseChange (lease_table.c) as a StoreOp.
- */
-static bool
-change_op(void *arg)
-{
-	return DlockLeaseChange(&store_cache.table, (DlockLeaseChangeOp *) arg);
-}
-
-/*
- * DlockStoreRenew moves the expiry of the live lease (lock_name, token) to
- * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
- * otherwise whether a row exists; *holder is the row's holder role.  The
- * caller checks the role and raises if it must: the error undoes the
- * update.
- */
-DlockStoreOutcome
-DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
-				TimestampTz expires, Oid *holder)
-{
-	DlockLeaseChangeOp c;
-
-	c.kind = DLOCK_CHANGE_RENEW;
-	c.lock_name = lock_name;
-	c.token = token;
-	c.now = now;
-	c.expires = expires;
-	(void) store_run(fn_oid, change_op, &c, false);
-	*holder = c.holder;
-	return c.outcome;
-}
-
-/*
- * DlockStoreRelease ends the live lease (lock_name, token) at now; the row
- * keeps the token.  Results as for DlockStoreRenew.
- */
-DlockStoreOutcome
-DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
-				  Oid *holder)
-{
-	DlockLeaseChangeOp c;
-
-	c.kind = DLOCK_CHANGE_RELEASE;
-	c.lock_name = lock_name;
-	c.token = token;
-	c.now = now;
-	c.expires = 0;
-	(void) store_run(fn_oid, change_op, &c, false);
-	*holder = c.holder;
-	return c.outcome;
-}
-
-/*
- * DlockStoreBreak ends whatever live lease holds lock_name, at now.
- * Returns true when there was one.  May wait for a concurrent transaction
- * that is changing the row.
- */
-bool
-DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
-{
-	DlockLeaseChangeOp c;
-
-	c.kind = DLOCK_CHANGE_BREAK;
-	c.lock_name = lock_name;
-	c.token = 0;
-	c.now = now;
-	c.expires = 0;
-	return store_run(fn_oid, change_op, &c, false);
-}
-
-/* Arguments and result of a purge. */
-typedef struct PurgeOp
-{
-	TimestampTz cutoff;
-	int64		deleted;		/* out */
-} PurgeOp;
-
-/*
- * purge_op deletes, batch by batch in name order, the rows whose lease
- * ended before the cutoff; a StoreOp.  Skips rows an open transaction has
- * locked (an acquire taking the name over, say), so it never waits.
- */
-static bool
-purge_op(void *arg)
-{
-	PurgeOp    *p = (PurgeOp *) arg;
-	Datum		values[2];
-	text	   *last = cstring_to_text("");
-
-	p->deleted = 0;
-	values[0] = TimestampTzGetDatum(p->cutoff);
-	for (;;)
-	{
-		bool		isnull;
-		Datum		d;
-
-		CHECK_FOR_INTERRUPTS();
-		values[1] = PointerGetDatum(last);
-		store_exec(STMT_PURGE, values, SPI_OK_SELECT);
-		p->deleted += DatumGetInt64(store_result_datum(1, &isnull));
-		d = store_result_datum(2, &isnull);
-		if (isnull)
-			break;
-		/* copy out of SPI's result memory before the next statement */
-		last = DatumGetTextPCopy(d);
-	}
-	return p->deleted > 0;
-}
-
-/*
- * DlockStorePurge deletes the rows whose lease ended (expired, released or
- * broken) before cutoff and returns how many.  Their names then count as
- * never acquired.  Deletes in batches of DLOCK_PURGE_BATCH rows, skipping
- * rows locked by an open transaction.  Runs in a subtransaction.
- */
-int64
-DlockStorePurge(Oid fn_oid, TimestampTz cutoff)
-{
-	PurgeOp		p;
-
-	p.cutoff = cutoff;
-	(void) store_run(fn_oid, purge_op, &p, true);
-	return p.deleted;
-}
-
-/* A StoreOp: DlockTokenInit on the cached sequences. */
-static bool
-token_init_op(void *arg)
-{
-	DlockTokenInit(store_cache.seqrelid, store_cache.originrelid);
-	return true;
-}
-
-/*
- * DlockStoreTokenInit records, as the extension's owner, that this server
- * issues the tokens of the extension whose SQL function fn_oid is (see
- * DlockTokenInit).
- */
-void
-DlockStoreTokenInit(Oid fn_oid)
-{
-	(void) store_run(fn_oid, token_init_op, NULL, false);
-}
-
-/*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
  * lock_row it also locks the row FOR KEY SHARE until the transaction ends,
@@ -871,14 +618,14 @@ DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 
 	values[0] = PointerGetDatum(lock_name);
 	store_begin(fn_oid, &session);
-	lease->found = (store_exec(STMT_FENCE_LIVE, values, SPI_OK_SELECT) == 1);
+	lease->found = (DlockStoreExec(STMT_FENCE_LIVE, values, SPI_OK_SELECT) == 1);
 	if (lease->found)
 	{
 		bool		isnull;
 
-		lease->token = DatumGetInt64(store_result_datum(1, &isnull));
-		lease->released = DatumGetBool(store_result_datum(2, &isnull));
-		lease->expires_at = DatumGetTimestampTz(store_result_datum(3, &isnull));
+		lease->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
+		lease->released = DatumGetBool(DlockStoreResultDatum(2, &isnull));
+		lease->expires_at = DatumGetTimestampTz(DlockStoreResultDatum(3, &isnull));
 	}
 	store_end(&session);
 }

@@ -1,0 +1,46 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/store_int.h
+ *	  What store.c shares with store_ops.c: the SQL statements by id, the
+ *	  store session runner and the cached relations.  Private to the
+ *	  lease store.
+ *
+ * Concurrency: store.c's header gives the locking protocol.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DLOCK_STORE_INT_H
+#define DLOCK_STORE_INT_H
+
+#include "postgres.h"
+
+#include "lease_table.h"
+
+/* Rows dlock_purge deletes per statement. */
+#define DLOCK_PURGE_BATCH		1000
+
+/* The statements, by id.  Keep store.c's stmt_defs[] in the same order. */
+typedef enum DlockStmt
+{
+	STMT_INSERT,				/* create the first lease of a name */
+	STMT_FENCE_LIVE,			/* the lease behind a live-mode fenced write */
+	STMT_PURGE,					/* delete a batch of long-ended leases */
+	NUM_STMTS
+} DlockStmt;
+
+/*
+ * A store operation that may change a lease: it runs between store_begin
+ * and store_end, and returns whether it changed one (whether to keep it).
+ */
+typedef bool (*StoreOp) (void *arg);
+
+extern bool DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate);
+extern uint64 DlockStoreExec(DlockStmt id, Datum *values, int expected);
+extern Datum DlockStoreResultDatum(int col, bool *isnull);
+extern DlockLeaseTable *DlockStoreTable(void);
+extern Oid	DlockStoreTokenSeq(void);
+extern Oid	DlockStoreTokenOrigin(void);
+
+#endif							/* DLOCK_STORE_INT_H */

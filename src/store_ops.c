@@ -1,0 +1,296 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/store_ops.c
+ *	  The lease store's operations: acquire, renew, release, break, purge
+ *	  and the token state's initialization, each run as one store session
+ *	  (store.c: the cache made current, the switch to the lease table's
+ *	  owner) on the direct access of lease_table.c and the SQL statements
+ *	  of store.c.
+ *
+ * Concurrency: the locking protocol is in store.c's header (the name lock
+ * that creating a name's first row takes, the 'live' fence's row lock,
+ * tokens) and lease_table.c's (the row locks of the direct operations).
+ * This file takes dlock's name lock (a transaction-scoped advisory lock in
+ * class DLOCK_LOCKTAG_CLASS, without waiting) before it inserts a name's
+ * first row, and nothing else of its own.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+
+#include "compat.h"
+#include "dlock.h"
+#include "lease_table.h"
+#include "store_int.h"
+
+/* field4 of dlock's advisory lock tags; the SQL advisory functions use 1 and 2 */
+#define DLOCK_LOCKTAG_CLASS		0xD10C
+
+/*
+ * name_locktag fills tag with dlock's advisory lock for lock_name in the
+ * current database.
+ */
+static void
+name_locktag(LOCKTAG *tag, text *lock_name)
+{
+	uint64		h = DlockNameHash(lock_name);
+
+	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
+						 DLOCK_LOCKTAG_CLASS);
+}
+
+/* Arguments and results of one acquire attempt. */
+typedef struct AcquireOp
+{
+	text	   *lock_name;
+	text	   *owner;
+	Oid			holder;
+	TimestampTz now;
+	TimestampTz expires;
+	int64		token;			/* out: the new token */
+	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
+} AcquireOp;
+
+/*
+ * acquire_op is the body of DlockStoreTryAcquire; a StoreOp.
+ */
+static bool
+acquire_op(void *arg)
+{
+	AcquireOp  *a = (AcquireOp *) arg;
+	Datum		values[5];		/* STMT_INSERT's parameters */
+	int			round;
+
+	values[0] = PointerGetDatum(a->lock_name);
+	values[1] = TimestampTzGetDatum(a->now);
+	values[2] = TimestampTzGetDatum(a->expires);
+	values[3] = PointerGetDatum(a->owner);
+	values[4] = ObjectIdGetDatum(a->holder);
+
+	DlockTokenPrepare(DlockStoreTokenSeq(), DlockStoreTokenOrigin());
+
+	/*
+	 * A row can appear between the probe and the insert (another session
+	 * created and committed it); the second round then decides on the row.
+	 */
+	for (round = 0; round < 2; round++)
+	{
+		bool		isnull;
+		LOCKTAG		tag;
+
+		switch (DlockLeaseTake(DlockStoreTable(), DlockStoreTokenSeq(),
+							   a->lock_name, a->owner, a->holder, a->now,
+							   a->expires, &a->token, &a->held_until))
+		{
+			case DLOCK_TAKE_GRANTED:
+				DlockTokenMakeDurable(DlockStoreTokenSeq());
+				return true;
+			case DLOCK_TAKE_HELD:
+				return false;
+			case DLOCK_TAKE_NO_ROW:
+				break;
+		}
+
+		name_locktag(&tag, a->lock_name);
+		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+			return false;		/* another session is creating the name */
+
+		Assert(DlockLockHeldByMe(&tag, ExclusiveLock));
+		if (DlockStoreExec(STMT_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
+		{
+			a->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
+			Assert(!isnull && a->token > 0);
+			DlockTokenMakeDurable(DlockStoreTokenSeq());
+			return true;
+		}
+		LockRelease(&tag, ExclusiveLock, false);
+	}
+	return false;
+}
+
+/*
+ * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
+ * holder, from now until expires.  On success it stores the new token in
+ * *token and returns true.  Otherwise it returns false, keeping no lock,
+ * and sets *held_until to the expiry of the live lease that holds the
+ * name, or to 0 when an open transaction is changing the name's lease (its
+ * row is locked, or its first row is being inserted).  Never waits for
+ * another transaction (see the protocol above); a grant keeps dlock's name
+ * lock when it inserted the name's first row.  A granted token is safe to
+ * hand out when this returns (token.c: a boot jump, or a WAL flush).
+ */
+bool
+DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
+					 TimestampTz now, TimestampTz expires,
+					 int64 *token, TimestampTz *held_until)
+{
+	AcquireOp	a;
+	bool		granted;
+
+	a.lock_name = lock_name;
+	a.owner = owner;
+	a.holder = holder;
+	a.now = now;
+	a.expires = expires;
+	a.token = 0;
+	a.held_until = 0;
+
+	granted = DlockStoreRun(fn_oid, acquire_op, &a, false);
+	*token = a.token;
+	*held_until = a.held_until;
+	return granted;
+}
+
+
+/*
+ * change_op is DlockLeaseChange (lease_table.c) as a StoreOp.
+ */
+static bool
+change_op(void *arg)
+{
+	return DlockLeaseChange(DlockStoreTable(), (DlockLeaseChangeOp *) arg);
+}
+
+/*
+ * DlockStoreRenew moves the expiry of the live lease (lock_name, token) to
+ * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
+ * otherwise whether a row exists; *holder is the row's holder role.  The
+ * caller checks the role and raises if it must: the error undoes the
+ * update.
+ */
+DlockStoreOutcome
+DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
+				TimestampTz expires, Oid *holder)
+{
+	DlockLeaseChangeOp c;
+
+	c.kind = DLOCK_CHANGE_RENEW;
+	c.lock_name = lock_name;
+	c.token = token;
+	c.now = now;
+	c.expires = expires;
+	(void) DlockStoreRun(fn_oid, change_op, &c, false);
+	*holder = c.holder;
+	return c.outcome;
+}
+
+/*
+ * DlockStoreRelease ends the live lease (lock_name, token) at now; the row
+ * keeps the token.  Results as for DlockStoreRenew.
+ */
+DlockStoreOutcome
+DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
+				  Oid *holder)
+{
+	DlockLeaseChangeOp c;
+
+	c.kind = DLOCK_CHANGE_RELEASE;
+	c.lock_name = lock_name;
+	c.token = token;
+	c.now = now;
+	c.expires = 0;
+	(void) DlockStoreRun(fn_oid, change_op, &c, false);
+	*holder = c.holder;
+	return c.outcome;
+}
+
+/*
+ * DlockStoreBreak ends whatever live lease holds lock_name, at now.
+ * Returns true when there was one.  May wait for a concurrent transaction
+ * that is changing the row.
+ */
+bool
+DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
+{
+	DlockLeaseChangeOp c;
+
+	c.kind = DLOCK_CHANGE_BREAK;
+	c.lock_name = lock_name;
+	c.token = 0;
+	c.now = now;
+	c.expires = 0;
+	return DlockStoreRun(fn_oid, change_op, &c, false);
+}
+
+/* Arguments and result of a purge. */
+typedef struct PurgeOp
+{
+	TimestampTz cutoff;
+	int64		deleted;		/* out */
+} PurgeOp;
+
+/*
+ * purge_op deletes, batch by batch in name order, the rows whose lease
+ * ended before the cutoff; a StoreOp.  Skips rows an open transaction has
+ * locked (an acquire taking the name over, say), so it never waits.
+ */
+static bool
+purge_op(void *arg)
+{
+	PurgeOp    *p = (PurgeOp *) arg;
+	Datum		values[2];
+	text	   *last = cstring_to_text("");
+
+	p->deleted = 0;
+	values[0] = TimestampTzGetDatum(p->cutoff);
+	for (;;)
+	{
+		bool		isnull;
+		Datum		d;
+
+		CHECK_FOR_INTERRUPTS();
+		values[1] = PointerGetDatum(last);
+		DlockStoreExec(STMT_PURGE, values, SPI_OK_SELECT);
+		p->deleted += DatumGetInt64(DlockStoreResultDatum(1, &isnull));
+		d = DlockStoreResultDatum(2, &isnull);
+		if (isnull)
+			break;
+		/* copy out of SPI's result memory before the next statement */
+		last = DatumGetTextPCopy(d);
+	}
+	return p->deleted > 0;
+}
+
+/*
+ * DlockStorePurge deletes the rows whose lease ended (expired, released or
+ * broken) before cutoff and returns how many.  Their names then count as
+ * never acquired.  Deletes in batches of DLOCK_PURGE_BATCH rows, skipping
+ * rows locked by an open transaction.  Runs in a subtransaction.
+ */
+int64
+DlockStorePurge(Oid fn_oid, TimestampTz cutoff)
+{
+	PurgeOp		p;
+
+	p.cutoff = cutoff;
+	(void) DlockStoreRun(fn_oid, purge_op, &p, true);
+	return p.deleted;
+}
+
+/* A StoreOp: DlockTokenInit on the cached sequences. */
+static bool
+token_init_op(void *arg)
+{
+	DlockTokenInit(DlockStoreTokenSeq(), DlockStoreTokenOrigin());
+	return true;
+}
+
+/*
+ * DlockStoreTokenInit records, as the extension's owner, that this server
+ * issues the tokens of the extension whose SQL function fn_oid is (see
+ * DlockTokenInit).
+ */
+void
+DlockStoreTokenInit(Oid fn_oid)
+{
+	(void) DlockStoreRun(fn_oid, token_init_op, NULL, false);
+}
+
