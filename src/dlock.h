@@ -46,7 +46,7 @@
 
 /*
  * DlockNameHash returns the 64-bit hash of a lock name that both the name
- * lock (store.c) and the wait queues (wait.c) key on.
+ * lock (store_ops.c) and the wait queues (wait.c) key on.
  */
 static inline uint64
 DlockNameHash(text *lock_name)

@@ -68,7 +68,7 @@
  *   block, leaves nothing that could block the lease's holder until the
  *   caller's transaction ends, and needs no subtransaction.  (An acquire
  *   that finds the name has no row yet may keep dlock's name lock, see
- *   store.c, only when it inserted the row.)
+ *   store.c and store_ops.c, only when it inserted the row.)
  *
  * - The 'latest' fence reads the lease of a name with a fresh snapshot and
  *   no row lock.  (The 'live' fence's FOR KEY SHARE is an SQL statement in

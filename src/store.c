@@ -13,10 +13,10 @@
  * 'latest' fence's read) access the table directly (lease_table.c).  The
  * rest (creating a name's first row, the 'live' fence's lock, purge) are
  * SQL statements prepared once per backend through SPI, kept with
- * SPI_keepplan and run with a fresh snapshot (store_exec).  Both follow
+ * SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both follow
  * READ COMMITTED rules, so a call sees and changes the leases as they are
  * now even inside a REPEATABLE READ transaction (in a SERIALIZABLE one, a
- * statement that meets a concurrent change raises 40001: store_exec).
+ * statement that meets a concurrent change raises 40001: DlockStoreExec).
  * All of it runs as the owner of the lease table (the extension's owner)
  * under SECURITY_LOCAL_USERID_CHANGE: the table and the sequences stay
  * private, and callers reach them only through these functions.  All SQL
@@ -302,7 +302,7 @@ store_prepare_cache(Oid fn_oid)
 	store_cache.nspid = nspid;
 	store_cache.table.relid = relid;
 
-	/* planned with the search_path they run with (store_exec) */
+	/* planned with the search_path they run with (DlockStoreExec) */
 	qnsp = quote_identifier(nspname);
 	DlockRestrictedBegin(&restricted);
 	for (i = 0; i < NUM_STMTS; i++)
@@ -520,7 +520,7 @@ DlockStoreTokenOrigin(void)
  * store_op_session runs op between store_begin and store_end and returns
  * its result.  op's direct accesses follow READ COMMITTED rules by
  * themselves (they re-read a row that changed concurrently, whatever the
- * isolation level); its SQL statements get them from store_exec.  An error
+ * isolation level); its SQL statements get them from DlockStoreExec.  An error
  * is cleaned up by the transaction's abort (see store_begin).
  */
 static bool

@@ -42,7 +42,7 @@
  * Concurrency: slots are taken and given up under the dlock LWLock in
  * exclusive mode, and queues are scanned in shared mode (shmem.c).  No
  * row lock, name lock or LWLock is held while sleeping; each attempt
- * (store.c) keeps no lock when it fails.  Lost wake-ups cannot happen:
+ * (store_ops.c) keeps no lock when it fails.  Lost wake-ups cannot happen:
  *   - the latch is reset before each attempt, so a wake between the
  *     attempt and the sleep ends the sleep at once;
  *   - a waiter counts itself in bucket_waiters (a full-barrier atomic)
