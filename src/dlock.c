@@ -53,5 +53,6 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("dlock");
 
+	DlockCheckedInit();
 	DlockShmemInstallHooks();
 }

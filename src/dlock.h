@@ -13,7 +13,8 @@
  * durability: the sequence moves ahead across crash,
  * failover and restore), fence.c (the dlock_fence trigger), wait.c
  * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory
- * for waiting and token boot jumps).
+ * for waiting and token boot jumps), mark.c (the marks of fencing mode
+ * 'seen'), checked.c (what the transaction has checked with dlock_check).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -29,6 +30,7 @@
 
 #include "common/hashfn.h"
 #include "datatype/timestamp.h"
+#include "fmgr.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "utils/timestamp.h"
@@ -54,6 +56,9 @@ DlockNameHash(text *lock_name)
 	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(lock_name),
 							   VARSIZE_ANY_EXHDR(lock_name), 0);
 }
+
+/* lease.c: argument checks shared with fence.c */
+extern text *DlockGetLockName(FunctionCallInfo fcinfo);
 
 /* dlock.c: settings */
 extern int	dlock_max_ttl;		/* dlock.max_ttl, in seconds */
@@ -93,6 +98,31 @@ typedef struct DlockFenceLease
 
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 								  DlockFenceLease *lease);
+
+/* mark.c: the marks of fencing mode 'seen' (dlock_fence_mark) */
+extern bool DlockMarkCheck(Oid fn_oid, text *lock_name, int64 token,
+						   int64 *mark);
+extern int64 DlockMarkPurge(Oid fn_oid, TimestampTz cutoff);
+
+/* fence.c and checked.c: the fence's modes, and what a transaction checked */
+typedef enum DlockFenceMode
+{
+	DLOCK_FENCE_LATEST,			/* the token is the lease's current token */
+	DLOCK_FENCE_LIVE,			/* ... and the lease is live, row locked */
+	DLOCK_FENCE_SEEN			/* no token lower than the highest seen here */
+} DlockFenceMode;
+
+/* A dlock_check that passed in the current transaction. */
+typedef struct DlockChecked
+{
+	int64		token;
+	DlockFenceMode mode;
+	bool		mark_locked;	/* 'seen': this transaction locks the mark */
+} DlockChecked;
+
+extern void DlockCheckedInit(void);
+extern void DlockCheckedRecord(text *lock_name, const DlockChecked *check);
+extern bool DlockCheckedLookup(text *lock_name, DlockChecked *check);
 
 /* token.c: token jumps and durability (the store calls them, as owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);

@@ -1,25 +1,48 @@
 /*-------------------------------------------------------------------------
  *
  * src/fence.c
- *	  The dlock_fence trigger: a write to a protected table is accepted only
- *	  when the fencing token it carries is the current one for its lock.
+ *	  The fence: the dlock_fence trigger, which accepts a write to a
+ *	  protected table only when the fencing token it carries passes for its
+ *	  lock, and dlock_check, the same rule as a call, whose passes the
+ *	  transaction remembers (checked.c).
  *
- *	  CREATE TRIGGER t BEFORE INSERT OR UPDATE ON tab FOR EACH ROW
- *	    EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token' [, 'latest' | 'live']);
+ *	  CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON tab FOR EACH ROW
+ *	    EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token'
+ *	                                 [, 'latest' | 'live' | 'seen']);
+ *	  CREATE TRIGGER t BEFORE TRUNCATE ON tab
+ *	    EXECUTE FUNCTION dlock_fence('accounts', 'fence_token' [, mode]);
  *
- * Argument 1 is the lock name template: {col} stands for the text of
- * NEW.col, {{ and }} for literal braces.  Argument 2 names the bigint column
- * that carries the writer's token.  Argument 3 is the mode.  The arguments
- * are parsed and resolved against the table's columns on the first row of
- * each statement and kept in fn_extra for the rest of it.
+ * Argument 1 is the lock name template: {col} stands for the text of the
+ * row's col (NEW's; OLD's for DELETE), {{ and }} for literal braces; a
+ * TRUNCATE trigger's template names no column.  Argument 2 names the
+ * bigint column that carries the writer's token.  Argument 3 is the mode.
+ * The arguments are parsed and resolved against the table's columns on
+ * the first row of each statement and kept in fn_extra for the rest of it.
  *
- * A write is rejected, with SQLSTATE 55T01, when its token is NULL, when
- * the lock has no lease row (never acquired, or purged), when the token is
- * not the lease's current token (older: a stale holder; newer: a token of
- * another lock), in 'live' mode when the lease has ended (released or
- * expired), and on UPDATE when the token is lower than the one the row
- * already carries.  Misuse (wrong event, arguments or columns) raises a
- * different error on the first row.
+ * The modes (fence_verify):
+ *	- 'latest': the token is the lease's current token.  Rejected: no
+ *	  lease row (never acquired, or purged), an older token (a stale
+ *	  holder), a newer one (a token of another lock).
+ *	- 'live': as 'latest', and the lease is live (not released, not
+ *	  expired) and its row locked so that no takeover can happen before the
+ *	  writer's transaction ends.
+ *	- 'seen': for databases that are not the lease store: the token is not
+ *	  lower than the highest this database accepted for the lock, which it
+ *	  then becomes (mark.c owns that rule and its ordering argument).
+ *
+ * The events:
+ *	- INSERT, UPDATE: the row's token must pass.  A row that carries no
+ *	  token of its own (NULL; on UPDATE also the old row's token unchanged)
+ *	  takes the token this transaction checked for the row's lock with
+ *	  dlock_check, if it did; otherwise a NULL token is rejected and an
+ *	  unchanged one is checked as it is.  On UPDATE a token lower than the
+ *	  old row's is rejected too: a row's own history never goes backwards.
+ *	- DELETE: accepted only when the transaction checked the old row's lock
+ *	  and that token still passes (and is not lower than the row's).
+ *	- TRUNCATE: accepted only when the transaction checked the template's
+ *	  lock and that token still passes.
+ * Every rejection raises 55T01.  Misuse (wrong event, arguments or
+ * columns) raises a different error on the first row.
  *
  * Concurrency: why accepted tokens on a row never go backwards.
  *
@@ -29,21 +52,29 @@
  * every lease change committed before it starts, also in a REPEATABLE
  * READ transaction whose own snapshot is older.
  *
- * 'latest' mode, UPDATE.  PostgreSQL locks the old row before it fires a
- * BEFORE ROW UPDATE trigger (GetTupleForTrigger), waiting for a concurrent
- * writer of that row to finish and, under READ COMMITTED, continuing with
- * the newest row version; under REPEATABLE READ a concurrent update raises
- * 40001 instead.  Say write W1 with token t1 committed on a row and W2,
- * with t2, locks the row afterwards.  W1's check found t1 current, so t1's
- * grant was committed (or made in W1's own transaction, which committed).
- * W2's check starts after W1 committed, so the current token it sees is
- * t1 or newer, and W2 passes only if t2 is that token: t2 >= t1.  Row
- * locks order the accepted writes of one row; the lease row needs no lock,
- * which keeps hot lease rows free of shared-lock traffic.
+ * 'latest' mode, UPDATE and DELETE.  PostgreSQL locks the old row before
+ * it fires a BEFORE ROW UPDATE or DELETE trigger (GetTupleForTrigger),
+ * waiting for a concurrent writer of that row to finish and, under READ
+ * COMMITTED, continuing with the newest row version; under REPEATABLE READ
+ * a concurrent update raises 40001 instead.  Say write W1 with token t1
+ * committed on a row and W2, with t2, locks the row afterwards.  W1's
+ * check found t1 current, so t1's grant was committed (or made in W1's own
+ * transaction, which committed).  W2's check starts after W1 committed, so
+ * the current token it sees is t1 or newer, and W2 passes only if t2 is
+ * that token: t2 >= t1.  Row locks order the accepted writes of one row;
+ * the lease row needs no lock, which keeps hot lease rows free of
+ * shared-lock traffic.  A DELETE is such a write, with the token its
+ * transaction checked.  A check made earlier in the transaction by
+ * dlock_check counts for nothing by itself: the trigger checks the
+ * recorded token again when the row is written.
  *
  * 'latest' mode, INSERT.  A new row has no history.  Two inserts of the
  * same key are ordered by the unique index (the second fails, or under ON
  * CONFLICT DO UPDATE becomes an UPDATE and follows the rule above).
+ *
+ * TRUNCATE takes an ACCESS EXCLUSIVE lock on the table before its BEFORE
+ * TRUNCATE triggers fire, so every write it removes has committed or
+ * aborted before its check, which then sees their leases' tokens.
  *
  * 'live' mode.  As 'latest', and the lease row is locked FOR KEY SHARE
  * until the writer's transaction ends.  A takeover locks the lease row FOR
@@ -51,12 +82,15 @@
  * token can be granted while an accepted write is uncommitted; a takeover
  * that is itself uncommitted makes the writer wait for it and then see its
  * new token.  Renew, release and break take FOR NO KEY UPDATE and are not
- * blocked; the lease must be live when the write is checked.
+ * blocked; the lease must be live when the write is checked.  A 'live'
+ * dlock_check thus keeps the lease from being taken over until the
+ * transaction ends: every later write in it passes as long as the lease
+ * has not expired or been released.
  *
- * What is not covered: DELETE (a trigger on DELETE is refused: there is no
- * NEW row to carry a token), TRUNCATE, and writes while the trigger does
- * not fire (session_replication_role = replica, logical replication apply,
- * a disabled trigger).  specs/race-fence-*.spec prove the interleavings.
+ * What is not covered: writes while the trigger does not fire
+ * (session_replication_role = replica, logical replication apply, a
+ * disabled trigger).  specs/race-fence-*.spec and specs/race-check-*.spec
+ * prove the interleavings.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -78,6 +112,7 @@
 #include "dlock.h"
 
 PG_FUNCTION_INFO_V1(dlock_fence);
+PG_FUNCTION_INFO_V1(dlock_check);
 
 /* One piece of the lock name template: literal text, or a column's value. */
 typedef struct FenceSegment
@@ -94,10 +129,29 @@ typedef struct FenceConfig
 	Oid			tgoid;			/* the trigger these are for */
 	int			nsegments;
 	FenceSegment *segments;
+	bool		has_columns;	/* the template names a column */
 	int			token_attnum;
 	char	   *token_attname;
-	bool		live;			/* mode 'live' */
+	DlockFenceMode mode;
 } FenceConfig;
+
+/*
+ * fence_mode parses a fencing mode's name into *mode; returns false when
+ * it names none.
+ */
+static bool
+fence_mode(const char *name, DlockFenceMode *mode)
+{
+	if (strcmp(name, "latest") == 0)
+		*mode = DLOCK_FENCE_LATEST;
+	else if (strcmp(name, "live") == 0)
+		*mode = DLOCK_FENCE_LIVE;
+	else if (strcmp(name, "seen") == 0)
+		*mode = DLOCK_FENCE_SEEN;
+	else
+		return false;
+	return true;
+}
 
 /*
  * fence_usage_hint adds the hint of a bad trigger argument: how trigger
@@ -106,7 +160,7 @@ typedef struct FenceConfig
 static int
 fence_usage_hint(Trigger *trigger, Relation rel)
 {
-	return errhint("Trigger \"%s\" on relation \"%s\" must call dlock_fence(lock name template, token column [, 'latest' | 'live']).",
+	return errhint("Trigger \"%s\" on relation \"%s\" must call dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).",
 				   trigger->tgname, RelationGetRelationName(rel));
 }
 
@@ -196,6 +250,7 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 			getTypeOutputInfo(TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid,
 							  &typoutput, &typisvarlena);
 			fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
+			config->has_columns = true;
 			i = close - template + 1;
 		}
 		else if (c == '}')
@@ -237,17 +292,16 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("function \"%s\" takes 2 or 3 trigger arguments, not %d",
 						"dlock_fence", trigger->tgnargs),
-				 errhint("Use dlock_fence(lock name template, token column [, 'latest' | 'live']).")));
+				 errhint("Use dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).")));
 
 	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 	config = palloc0(sizeof(FenceConfig));
 	config->tgoid = trigger->tgoid;
 
-	if (trigger->tgnargs == 3 && strcmp(trigger->tgargs[2], "live") == 0)
-		config->live = true;
-	else if (trigger->tgnargs == 3 && strcmp(trigger->tgargs[2], "latest") != 0)
+	config->mode = DLOCK_FENCE_LATEST;
+	if (trigger->tgnargs == 3 && !fence_mode(trigger->tgargs[2], &config->mode))
 		fence_bad_argument(trigger, rel, errmsg("unknown fencing mode"),
-						   errdetail("The mode is \"%s\"; it must be \"latest\" or \"live\".",
+						   errdetail("The mode is \"%s\"; it must be \"latest\", \"live\" or \"seen\".",
 									 trigger->tgargs[2]));
 
 	config->token_attname = pstrdup(trigger->tgargs[1]);
@@ -263,13 +317,21 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 
 	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
 
+	/* a statement has no row to take a column's value from */
+	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)
+		fence_bad_argument(trigger, rel,
+						   errmsg("lock name template of a TRUNCATE trigger must not name a column"),
+						   errdetail("Template \"%s\" names columns, but TRUNCATE has no row to take their values from.",
+									 trigger->tgargs[0]));
+
 	MemoryContextSwitchTo(oldcxt);
 	fcinfo->flinfo->fn_extra = config;
 	return config;
 }
 
 /*
- * fence_lock_name builds the lock name of row tuple from the template.
+ * fence_lock_name builds the lock name of row tuple from the template (of a
+ * statement trigger: tuple is NULL and the template names no column).
  * Raises 22004 when a column named in the template is NULL.
  */
 static text *
@@ -279,6 +341,7 @@ fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
 	StringInfoData buf;
 	int			i;
 
+	Assert(tuple != NULL || !config->has_columns);
 	initStringInfo(&buf);
 	for (i = 0; i < config->nsegments; i++)
 	{
@@ -318,52 +381,152 @@ fence_reject_hint(text *lock_name)
 }
 
 /*
- * fence_reject raises the fencing rejection (55T01) for a write to rel
- * under lock lock_name; the rest are errdetail's format and arguments,
- * saying why.
+ * fence_reject raises the fencing rejection (55T01) of a write to the
+ * relation relname (NULL: of dlock_check) under lock lock_name; the rest
+ * are errdetail's format and arguments, saying why.  The trigger's message
+ * names the relation, dlock_check's the lock; detail and hint are the same.
  */
-#define fence_reject(rel, lock_name, ...) \
+#define fence_reject(relname, lock_name, ...) \
 	ereport(ERROR, \
 			(errcode(ERRCODE_DLOCK_STALE_TOKEN), \
+			 (relname) != NULL ? \
 			 errmsg("fencing token rejected for relation \"%s\"", \
-					RelationGetRelationName(rel)), \
+					(const char *) (relname)) : \
+			 errmsg("fencing token rejected for lock \"%s\"", \
+					text_to_cstring(lock_name)), \
 			 errdetail(__VA_ARGS__), \
 			 fence_reject_hint(lock_name)))
 
 /*
- * dlock_fence() is a BEFORE INSERT OR UPDATE ... FOR EACH ROW trigger that
- * returns the new row when its token is current for its lock and raises
- * 55T01 otherwise (see the file header for the rules and the ordering
- * argument).  In 'live' mode it locks the lease row FOR KEY SHARE until the
- * transaction ends.  Raises 39P01 when fired any other way, 22023 for bad
- * arguments, 22004 for a NULL template column.
+ * fence_verify raises 55T01 unless token passes the fence of mode under
+ * lock_name now (the rules and their ordering arguments: the file header,
+ * and mark.c for 'seen'); relname is for the message (NULL: dlock_check).
+ * fn_oid is the calling SQL function, whose schema is the extension's.
+ */
+static void
+fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
+			 DlockFenceMode mode)
+{
+	DlockFenceLease lease;
+
+	if (mode == DLOCK_FENCE_SEEN)
+	{
+		DlockChecked checked;
+		int64		mark;
+
+		/* a mark this transaction locked at token cannot have moved */
+		if (DlockCheckedLookup(lock_name, &checked) && checked.mark_locked &&
+			checked.token == token)
+			return;
+		if (!DlockMarkCheck(fn_oid, lock_name, token, &mark))
+			fence_reject(relname, lock_name,
+						 "Lock \"%s\": token " INT64_FORMAT " is lower than token " INT64_FORMAT ", the highest this database has accepted for it.",
+						 text_to_cstring(lock_name), token, mark);
+		return;
+	}
+
+	DlockStoreFenceLookup(fn_oid, lock_name, mode == DLOCK_FENCE_LIVE,
+						  &lease);
+	if (!lease.found)
+		fence_reject(relname, lock_name,
+					 "Lock \"%s\" has no lease (it was never acquired, or was purged); the token is " INT64_FORMAT ".",
+					 text_to_cstring(lock_name), token);
+	if (token < lease.token)
+		fence_reject(relname, lock_name,
+					 "Lock \"%s\": token " INT64_FORMAT " is not current; the current token is " INT64_FORMAT ".",
+					 text_to_cstring(lock_name), token, lease.token);
+	if (token > lease.token)
+		fence_reject(relname, lock_name,
+					 "Lock \"%s\": token " INT64_FORMAT " was not issued for this lock; the current token is " INT64_FORMAT ".",
+					 text_to_cstring(lock_name), token, lease.token);
+	if (mode == DLOCK_FENCE_LIVE && lease.released)
+		fence_reject(relname, lock_name,
+					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease was released at %s.",
+					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
+	if (mode == DLOCK_FENCE_LIVE && lease.expires_at <= GetCurrentTimestamp())
+		fence_reject(relname, lock_name,
+					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease expired at %s.",
+					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
+}
+
+/*
+ * fence_checked_token returns the token this transaction's dlock_check
+ * recorded for lock_name, for a DELETE or TRUNCATE (what names the
+ * statement); raises 55T01 when there is none.
+ */
+static int64
+fence_checked_token(Relation rel, text *lock_name, const char *what)
+{
+	DlockChecked checked;
+
+	if (!DlockCheckedLookup(lock_name, &checked))
+		ereport(ERROR,
+				(errcode(ERRCODE_DLOCK_STALE_TOKEN),
+				 errmsg("fencing token rejected for relation \"%s\"",
+						RelationGetRelationName(rel)),
+				 errdetail("Lock \"%s\": the transaction has not checked this lock; a %s is accepted only after dlock_check passed in the same transaction.",
+						   text_to_cstring(lock_name), what),
+				 errhint("Call dlock_check(%s, token) in the transaction before the %s.",
+						 quote_literal_cstr(text_to_cstring(lock_name)), what)));
+	return checked.token;
+}
+
+/*
+ * fence_token_column returns the token column of tuple, setting *isnull.
+ */
+static int64
+fence_token_column(FenceConfig *config, Relation rel, HeapTuple tuple,
+				   bool *isnull)
+{
+	Datum		d = heap_getattr(tuple, config->token_attnum,
+								 RelationGetDescr(rel), isnull);
+
+	return *isnull ? 0 : DatumGetInt64(d);
+}
+
+/*
+ * dlock_fence() is the fencing trigger (the file header gives the rules
+ * and the ordering argument):
+ *
+ *	- BEFORE INSERT OR UPDATE ... FOR EACH ROW: returns the new row when its
+ *	  token passes the fence, after filling in the token the transaction
+ *	  checked when the row carries none of its own;
+ *	- BEFORE DELETE ... FOR EACH ROW: returns the old row when the
+ *	  transaction checked its lock and that token still passes;
+ *	- BEFORE TRUNCATE (FOR EACH STATEMENT, template naming no column):
+ *	  returns when the transaction checked the lock and the token passes.
+ *
+ * Raises 55T01 when the write is rejected, 39P01 when fired any other way,
+ * 22023 for bad arguments, 22004 for a NULL template column.
  */
 Datum
 dlock_fence(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TriggerEvent event;
 	FenceConfig *config;
 	Relation	rel;
-	TupleDesc	tupdesc;
+	const char *relname;
 	HeapTuple	newtuple;
 	text	   *lock_name;
-	Datum		d;
 	bool		isnull;
 	int64		token;
-	DlockFenceLease lease;
+	DlockChecked checked;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 				 errmsg("function \"%s\" was not called by trigger manager",
 						"dlock_fence")));
-	if (!TRIGGER_FIRED_BEFORE(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
-		!(TRIGGER_FIRED_BY_INSERT(trigdata->tg_event) ||
-		  TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event)))
+	event = trigdata->tg_event;
+	if (!TRIGGER_FIRED_BEFORE(event) ||
+		!(TRIGGER_FIRED_FOR_ROW(event) ?
+		  (TRIGGER_FIRED_BY_INSERT(event) || TRIGGER_FIRED_BY_UPDATE(event) ||
+		   TRIGGER_FIRED_BY_DELETE(event)) :
+		  TRIGGER_FIRED_BY_TRUNCATE(event)))
 		ereport(ERROR,
 				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("function \"%s\" must be fired BEFORE INSERT OR UPDATE FOR EACH ROW",
+				 errmsg("function \"%s\" must be fired BEFORE INSERT, UPDATE or DELETE FOR EACH ROW, or BEFORE TRUNCATE",
 						"dlock_fence"),
 				 errdetail("Trigger \"%s\" on relation \"%s\" fired otherwise.",
 						   trigdata->tg_trigger->tgname,
@@ -371,56 +534,136 @@ dlock_fence(PG_FUNCTION_ARGS)
 
 	config = fence_config(fcinfo, trigdata);
 	rel = trigdata->tg_relation;
-	tupdesc = RelationGetDescr(rel);
-	newtuple = TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event) ?
+	relname = RelationGetRelationName(rel);
+
+	/* TRUNCATE: the statement's one lock must have been checked */
+	if (TRIGGER_FIRED_BY_TRUNCATE(event))
+	{
+		lock_name = fence_lock_name(config, trigdata, NULL);
+		token = fence_checked_token(rel, lock_name, "TRUNCATE");
+		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
+					 config->mode);
+		return PointerGetDatum(NULL);
+	}
+
+	/* DELETE: the old row's lock must have been checked */
+	if (TRIGGER_FIRED_BY_DELETE(event))
+	{
+		HeapTuple	oldtuple = trigdata->tg_trigtuple;
+		int64		oldtoken;
+
+		lock_name = fence_lock_name(config, trigdata, oldtuple);
+		token = fence_checked_token(rel, lock_name, "DELETE");
+		oldtoken = fence_token_column(config, rel, oldtuple, &isnull);
+		if (!isnull && token < oldtoken)
+			fence_reject(relname, lock_name,
+						 "Lock \"%s\": the row carries token " INT64_FORMAT ", higher than token " INT64_FORMAT " the transaction checked.",
+						 text_to_cstring(lock_name), oldtoken, token);
+		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
+					 config->mode);
+		return PointerGetDatum(oldtuple);
+	}
+
+	/* INSERT or UPDATE */
+	newtuple = TRIGGER_FIRED_BY_UPDATE(event) ?
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
-
 	lock_name = fence_lock_name(config, trigdata, newtuple);
+	token = fence_token_column(config, rel, newtuple, &isnull);
 
-	d = heap_getattr(newtuple, config->token_attnum, tupdesc, &isnull);
+	/*
+	 * A write that carries no token of its own (NULL; on UPDATE also the
+	 * old row's token unchanged) takes the one the transaction checked.
+	 */
+	if (isnull || TRIGGER_FIRED_BY_UPDATE(event))
+	{
+		bool		carries_own = !isnull;
+
+		if (!isnull)
+		{
+			bool		oldnull;
+			int64		oldtoken = fence_token_column(config, rel,
+													  trigdata->tg_trigtuple,
+													  &oldnull);
+
+			carries_own = oldnull || oldtoken != token;
+		}
+		if (!carries_own && DlockCheckedLookup(lock_name, &checked))
+		{
+			int			attnum = config->token_attnum;
+			Datum		value = Int64GetDatum(checked.token);
+			bool		valnull = false;
+
+			newtuple = heap_modify_tuple_by_cols(newtuple, RelationGetDescr(rel),
+												 1, &attnum, &value, &valnull);
+			token = checked.token;
+			isnull = false;
+		}
+	}
 	if (isnull)
-		fence_reject(rel, lock_name,
+		fence_reject(relname, lock_name,
 					 "Lock \"%s\": the row carries no token (column \"%s\" is null).",
 					 text_to_cstring(lock_name), config->token_attname);
-	token = DatumGetInt64(d);
 
-	DlockStoreFenceLookup(fcinfo->flinfo->fn_oid, lock_name, config->live,
-						  &lease);
-	if (!lease.found)
-		fence_reject(rel, lock_name,
-					 "Lock \"%s\" has no lease (it was never acquired, or was purged); the row carries token " INT64_FORMAT ".",
-					 text_to_cstring(lock_name), token);
-	if (token < lease.token)
-		fence_reject(rel, lock_name,
-					 "Lock \"%s\": the row carries token " INT64_FORMAT ", but the current token is " INT64_FORMAT ".",
-					 text_to_cstring(lock_name), token, lease.token);
-	if (token > lease.token)
-		fence_reject(rel, lock_name,
-					 "Lock \"%s\": the row carries token " INT64_FORMAT ", which was not issued for this lock; the current token is " INT64_FORMAT ".",
-					 text_to_cstring(lock_name), token, lease.token);
-	if (config->live && lease.released)
-		fence_reject(rel, lock_name,
-					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease was released at %s.",
-					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
-	if (config->live && lease.expires_at <= GetCurrentTimestamp())
-		fence_reject(rel, lock_name,
-					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease expired at %s.",
-					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
+	fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
+				 config->mode);
 
 	/*
 	 * The row's own history never goes backwards, whatever the leases say:
 	 * a row moved to another lock cannot take a lower token with it.
 	 */
-	if (TRIGGER_FIRED_BY_UPDATE(trigdata->tg_event))
+	if (TRIGGER_FIRED_BY_UPDATE(event))
 	{
-		Datum		oldd = heap_getattr(trigdata->tg_trigtuple,
-										config->token_attnum, tupdesc, &isnull);
+		bool		oldnull;
+		int64		oldtoken = fence_token_column(config, rel,
+												  trigdata->tg_trigtuple,
+												  &oldnull);
 
-		if (!isnull && token < DatumGetInt64(oldd))
-			fence_reject(rel, lock_name,
+		if (!oldnull && token < oldtoken)
+			fence_reject(relname, lock_name,
 						 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
-						 text_to_cstring(lock_name), token, DatumGetInt64(oldd));
+						 text_to_cstring(lock_name), token, oldtoken);
 	}
 
 	return PointerGetDatum(newtuple);
+}
+
+/*
+ * dlock_check(lock_name text, token bigint, mode text DEFAULT 'latest')
+ * returns token when it passes the fence of mode under lock_name (the
+ * trigger's rules), and records the check for the rest of the transaction
+ * (checked.c), so that the fence trigger accepts a DELETE, a TRUNCATE or a
+ * write without a token of its own under that lock.  Raises 55T01 when the
+ * token is rejected (also when it is NULL), 22004 for a NULL name or mode,
+ * 22023 for an empty or too long name or an unknown mode.
+ */
+Datum
+dlock_check(PG_FUNCTION_ARGS)
+{
+	text	   *lock_name = DlockGetLockName(fcinfo);
+	DlockChecked checked;
+	int64		token;
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("mode must not be null")));
+	if (!fence_mode(text_to_cstring(PG_GETARG_TEXT_PP(2)), &checked.mode))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("unknown fencing mode"),
+				 errdetail("The mode is \"%s\"; it must be \"latest\", \"live\" or \"seen\".",
+						   text_to_cstring(PG_GETARG_TEXT_PP(2)))));
+	if (PG_ARGISNULL(1))
+		fence_reject(NULL, lock_name,
+					 "Lock \"%s\": no token was given (the token is null).",
+					 text_to_cstring(lock_name));
+	token = PG_GETARG_INT64(1);
+
+	fence_verify(fcinfo->flinfo->fn_oid, NULL, lock_name, token,
+				 checked.mode);
+
+	checked.token = token;
+	checked.mark_locked = (checked.mode == DLOCK_FENCE_SEEN);
+	DlockCheckedRecord(lock_name, &checked);
+	PG_RETURN_INT64(token);
 }

@@ -49,6 +49,7 @@ PG_FUNCTION_INFO_V1(dlock_renew);
 PG_FUNCTION_INFO_V1(dlock_release);
 PG_FUNCTION_INFO_V1(dlock_break);
 PG_FUNCTION_INFO_V1(dlock_purge);
+PG_FUNCTION_INFO_V1(dlock_purge_marks);
 PG_FUNCTION_INFO_V1(dlock_token_init);
 
 /*
@@ -83,11 +84,12 @@ arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
- * get_lock_name returns argument 0 as a lock name, raising 22004 for NULL
- * and 22023 for an empty name or one over DLOCK_MAX_NAME_BYTES bytes.
+ * DlockGetLockName returns argument 0 as a lock name, raising 22004 for
+ * NULL and 22023 for an empty name or one over DLOCK_MAX_NAME_BYTES bytes.
+ * Also used by dlock_check (fence.c).
  */
-static text *
-get_lock_name(FunctionCallInfo fcinfo)
+text *
+DlockGetLockName(FunctionCallInfo fcinfo)
 {
 	text	   *name;
 	int			len;
@@ -349,7 +351,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	check_writable("dlock_acquire");
 	args.fn_oid = fcinfo->flinfo->fn_oid;
 	args.holder = GetUserId();
-	args.lock_name = get_lock_name(fcinfo);
+	args.lock_name = DlockGetLockName(fcinfo);
 	args.ttl = get_ttl(fcinfo, 1);
 	arg_not_null(fcinfo, 2, "wait");
 	wait = PG_GETARG_INTERVAL_P(2);
@@ -396,7 +398,7 @@ dlock_renew(PG_FUNCTION_ARGS)
 	DlockStoreOutcome outcome;
 
 	check_writable("dlock_renew");
-	lock_name = get_lock_name(fcinfo);
+	lock_name = DlockGetLockName(fcinfo);
 	token = get_token(fcinfo, 1);
 	ttl = get_ttl(fcinfo, 2);
 
@@ -425,7 +427,7 @@ dlock_release(PG_FUNCTION_ARGS)
 	DlockStoreOutcome outcome;
 
 	check_writable("dlock_release");
-	lock_name = get_lock_name(fcinfo);
+	lock_name = DlockGetLockName(fcinfo);
 	token = get_token(fcinfo, 1);
 
 	outcome = DlockStoreRelease(fcinfo->flinfo->fn_oid, lock_name, token,
@@ -448,12 +450,37 @@ dlock_break(PG_FUNCTION_ARGS)
 	text	   *lock_name;
 
 	check_writable("dlock_break");
-	lock_name = get_lock_name(fcinfo);
+	lock_name = DlockGetLockName(fcinfo);
 
 	if (!DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name, GetCurrentTimestamp()))
 		PG_RETURN_BOOL(false);
 	DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(true);
+}
+
+/*
+ * purge_cutoff returns the server clock now minus argument 0, argname, a
+ * purge horizon: raises 22004 for NULL, 22023 for an infinite or negative
+ * one.
+ */
+static TimestampTz
+purge_cutoff(FunctionCallInfo fcinfo, const char *argname)
+{
+	Interval   *older_than;
+	Interval	zero = {0};
+
+	arg_not_null(fcinfo, 0, argname);
+	older_than = PG_GETARG_INTERVAL_P(0);
+	check_finite(older_than, argname);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be negative", argname),
+				 errdetail("The %s given is \"%s\".", argname, interval_text(older_than))));
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+												   TimestampTzGetDatum(GetCurrentTimestamp()),
+												   IntervalPGetDatum(older_than)));
 }
 
 /*
@@ -468,27 +495,27 @@ dlock_break(PG_FUNCTION_ARGS)
 Datum
 dlock_purge(PG_FUNCTION_ARGS)
 {
-	Interval   *older_than;
-	Interval	zero = {0};
-	TimestampTz now;
-	TimestampTz cutoff;
-
 	check_writable("dlock_purge");
-	arg_not_null(fcinfo, 0, "older_than");
-	older_than = PG_GETARG_INTERVAL_P(0);
-	check_finite(older_than, "older_than");
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
-										 IntervalPGetDatum(&zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("older_than must not be negative"),
-				 errdetail("The older_than given is \"%s\".", interval_text(older_than))));
+	PG_RETURN_INT64(DlockStorePurge(fcinfo->flinfo->fn_oid,
+									purge_cutoff(fcinfo, "older_than")));
+}
 
-	now = GetCurrentTimestamp();
-	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-													 TimestampTzGetDatum(now),
-													 IntervalPGetDatum(older_than)));
-	PG_RETURN_INT64(DlockStorePurge(fcinfo->flinfo->fn_oid, cutoff));
+/*
+ * dlock_purge_marks(older_than interval) returns bigint: how many marks of
+ * fencing mode 'seen' it deleted, those last raised more than older_than
+ * ago (except marks a writer holds locked).  A deleted mark forgets the
+ * highest token its database accepted for that name, so a holder paused
+ * for longer than older_than could write again with an old token: choose
+ * older_than above the longest pause plus ttl (docs/sql-reference.md).
+ * For operators: EXECUTE is revoked from PUBLIC.  Raises 22004 for NULL,
+ * 22023 for a negative or infinite older_than, 25006 on a standby.
+ */
+Datum
+dlock_purge_marks(PG_FUNCTION_ARGS)
+{
+	check_writable("dlock_purge_marks");
+	PG_RETURN_INT64(DlockMarkPurge(fcinfo->flinfo->fn_oid,
+								   purge_cutoff(fcinfo, "older_than")));
 }
 
 /*

@@ -103,6 +103,7 @@ typedef struct DlockStmtDef
 	const char *sql;			/* with %1$s for the quoted schema name */
 	int			nargs;
 	Oid			argtypes[6];
+	bool		marks;			/* on dlock_fence_mark: prepared when it exists */
 } DlockStmtDef;
 
 /*
@@ -118,14 +119,14 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" $4, $5, $2, $2, $3, false)"
 		" ON CONFLICT (lock_name) DO NOTHING"
 		" RETURNING l.token",
-		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}
+		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}, false
 	},
 	/* STMT_FENCE_LIVE */
 	{
 		"SELECT l.token, l.released, l.expires_at FROM %1$s.dlock_lease l"
 		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
 		" FOR KEY SHARE",
-		1, {TEXTOID}
+		1, {TEXTOID}, false
 	},
 
 	/*
@@ -148,7 +149,48 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" RETURNING 1)"
 		" SELECT (SELECT pg_catalog.count(*) FROM gone),"
 		" (SELECT pg_catalog.max(v.lock_name) FROM victims v)",
-		2, {TIMESTAMPTZOID, TEXTOID}
+		2, {TIMESTAMPTZOID, TEXTOID}, false
+	},
+	/*
+	 * STMT_MARK_LOCK: the name's mark, locked FOR NO KEY UPDATE until the
+	 * transaction ends (mark.c gives the ordering argument).
+	 */
+	{
+		"SELECT m.token FROM %1$s.dlock_fence_mark m"
+		" WHERE m.lock_name OPERATOR(pg_catalog.=) $1"
+		" FOR NO KEY UPDATE",
+		1, {TEXTOID}, true
+	},
+	/* STMT_MARK_RAISE: $2 the new token, $3 now; the row is locked */
+	{
+		"UPDATE %1$s.dlock_fence_mark m SET token = $2, raised_at = $3"
+		" WHERE m.lock_name OPERATOR(pg_catalog.=) $1"
+		" AND m.token OPERATOR(pg_catalog.<) $2",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}, true
+	},
+	/* STMT_MARK_INSERT: $2 the token, $3 now */
+	{
+		"INSERT INTO %1$s.dlock_fence_mark AS m (lock_name, token, raised_at)"
+		" VALUES ($1, $2, $3)"
+		" ON CONFLICT (lock_name) DO NOTHING"
+		" RETURNING m.token",
+		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}, true
+	},
+	/*
+	 * STMT_MARK_PURGE: $1 the cutoff.  Deletes the marks last raised before
+	 * it, skipping those a writer has locked; returns how many.
+	 */
+	{
+		"WITH victims AS ("
+		" SELECT c.lock_name FROM %1$s.dlock_fence_mark c"
+		" WHERE c.raised_at OPERATOR(pg_catalog.<) $1"
+		" FOR UPDATE SKIP LOCKED),"
+		" gone AS ("
+		" DELETE FROM %1$s.dlock_fence_mark m USING victims v"
+		" WHERE m.lock_name OPERATOR(pg_catalog.=) v.lock_name"
+		" RETURNING 1)"
+		" SELECT pg_catalog.count(*) FROM gone",
+		1, {TIMESTAMPTZOID}, true
 	},
 };
 
@@ -164,6 +206,7 @@ typedef struct DlockStoreCache
 	DlockLeaseTable table;		/* dlock_lease: where it is, its columns */
 	Oid			seqrelid;		/* dlock_token_seq */
 	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
+	Oid			markrelid;		/* dlock_fence_mark (InvalidOid before 1.2) */
 	Oid			fns[DLOCK_KNOWN_FNS];	/* functions known to be in nspid */
 	SPIPlanPtr	plans[NUM_STMTS];
 } DlockStoreCache;
@@ -284,6 +327,8 @@ store_prepare_cache(Oid fn_oid)
 
 	/* absent when the extension's SQL is 1.0: then no token jumps */
 	store_cache.originrelid = get_relname_relid("dlock_token_origin", nspid);
+	/* absent when the extension's SQL is older than 1.2: then no 'seen' */
+	store_cache.markrelid = get_relname_relid("dlock_fence_mark", nspid);
 	DlockTokenForget();
 
 	{
@@ -308,9 +353,12 @@ store_prepare_cache(Oid fn_oid)
 	for (i = 0; i < NUM_STMTS; i++)
 	{
 		const DlockStmtDef *def = &stmt_defs[i];
-		char	   *sql = psprintf(def->sql, qnsp);
+		char	   *sql;
 		SPIPlanPtr	plan;
 
+		if (def->marks && !OidIsValid(store_cache.markrelid))
+			continue;
+		sql = psprintf(def->sql, qnsp);
 		plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
 		if (plan == NULL)
 			elog(ERROR, "SPI_prepare failed for dlock statement %d: %s",
@@ -514,6 +562,22 @@ Oid
 DlockStoreTokenOrigin(void)
 {
 	return store_cache.originrelid;
+}
+
+/*
+ * DlockStoreRequireMarks raises 0A000 when the extension's SQL has no mark
+ * table (dlock_fence_mark, created by version 1.2): fencing mode 'seen'
+ * needs it.  Valid in a store session.
+ */
+void
+DlockStoreRequireMarks(void)
+{
+	if (!OidIsValid(store_cache.markrelid))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("fencing mode \"seen\" needs version 1.2 of extension \"dlock\""),
+				 errdetail("Relation \"dlock_fence_mark\" does not exist in the extension's schema."),
+				 errhint("Update the extension with ALTER EXTENSION dlock UPDATE.")));
 }
 
 /*

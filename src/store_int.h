@@ -27,6 +27,11 @@ typedef enum DlockStmt
 	STMT_INSERT,				/* create the first lease of a name */
 	STMT_FENCE_LIVE,			/* the lease behind a live-mode fenced write */
 	STMT_PURGE,					/* delete a batch of long-ended leases */
+	/* the marks of fencing mode 'seen' (dlock_fence_mark, from 1.2; mark.c) */
+	STMT_MARK_LOCK,				/* read and lock a name's mark */
+	STMT_MARK_RAISE,			/* raise a locked mark */
+	STMT_MARK_INSERT,			/* create a name's first mark */
+	STMT_MARK_PURGE,			/* delete marks not raised since a cutoff */
 	NUM_STMTS
 } DlockStmt;
 
@@ -42,5 +47,6 @@ extern Datum DlockStoreResultDatum(int col, bool *isnull);
 extern DlockLeaseTable *DlockStoreTable(void);
 extern Oid	DlockStoreTokenSeq(void);
 extern Oid	DlockStoreTokenOrigin(void);
+extern void DlockStoreRequireMarks(void);
 
 #endif							/* DLOCK_STORE_INT_H */

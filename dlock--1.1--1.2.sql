@@ -1,0 +1,70 @@
+/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen') */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION dlock UPDATE TO '1.2'" to load this file. \quit
+
+/*
+ * Fencing mode 'seen' (see src/mark.c): for a table in a database that is
+ * not the lease store, the highest token accepted so far for each lock
+ * name.  A write with a lower token is rejected; a higher one raises the
+ * mark.  Every accepted writer holds the name's mark row locked until its
+ * transaction ends, which orders the writers of one lock.  Private like
+ * the lease table; pg_dump carries it, or a restored database would forget
+ * the tokens it has seen.
+ */
+CREATE TABLE @extschema@.dlock_fence_mark (
+    lock_name pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
+    token     pg_catalog.int8 NOT NULL,
+    raised_at pg_catalog.timestamptz NOT NULL,
+    CONSTRAINT dlock_fence_mark_pkey PRIMARY KEY (lock_name)
+);
+
+COMMENT ON TABLE @extschema@.dlock_fence_mark IS
+    'dlock: fencing mode seen, the highest token accepted in this database per lock name; never write it directly';
+
+REVOKE ALL ON TABLE @extschema@.dlock_fence_mark FROM PUBLIC;
+
+SELECT pg_catalog.pg_extension_config_dump(c.oid, '')
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace
+ WHERE n.nspname OPERATOR(pg_catalog.=) pg_catalog.current_schema()
+   AND c.relname OPERATOR(pg_catalog.=) 'dlock_fence_mark'::pg_catalog.name;
+
+/*
+ * The fence as a call.  Not STRICT: a NULL token is a rejection (55T01),
+ * a NULL name or mode an error (22004), never a silent NULL.
+ */
+CREATE FUNCTION @extschema@.dlock_check(
+    lock_name pg_catalog.text,
+    token pg_catalog.int8,
+    mode pg_catalog.text DEFAULT 'latest')
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'dlock_check'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_check(pg_catalog.text, pg_catalog.int8, pg_catalog.text) IS
+    'dlock: the fence as a call; returns token when it passes for lock_name in mode (latest, live or seen), raises 55T01 otherwise, and remembers the check for the rest of the transaction';
+
+GRANT EXECUTE ON FUNCTION @extschema@.dlock_check(pg_catalog.text, pg_catalog.int8, pg_catalog.text) TO PUBLIC;
+
+CREATE FUNCTION @extschema@.dlock_purge_marks(
+    older_than pg_catalog.interval)
+RETURNS pg_catalog.int8
+AS 'MODULE_PATHNAME', 'dlock_purge_marks'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_purge_marks(pg_catalog.interval) IS
+    'dlock: delete the fencing marks (mode seen) last raised more than older_than ago (for operators); returns how many';
+
+REVOKE EXECUTE ON FUNCTION @extschema@.dlock_purge_marks(pg_catalog.interval) FROM PUBLIC;
+
+COMMENT ON FUNCTION @extschema@.dlock_fence() IS
+    'dlock: fencing trigger, BEFORE INSERT, UPDATE or DELETE row trigger or BEFORE TRUNCATE statement trigger; arguments: lock name template, token column [, latest | live | seen]';
+
+/*
+ * Backends cache where the extension's relations are until the lease
+ * table's relcache entry is invalidated.  Re-setting its (unchanged)
+ * fillfactor sends that invalidation, so running sessions find the mark
+ * table at their next call.
+ */
+ALTER TABLE @extschema@.dlock_lease SET (fillfactor = 70);
