@@ -212,11 +212,21 @@ CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH STATEMENT EXECUTE FUNCTION dlo
 INSERT INTO misuse VALUES (1, 1, :t6, 'x');
 \echo :LAST_ERROR_SQLSTATE
 DROP TRIGGER m ON misuse;
--- DELETE: 39P01
-CREATE TRIGGER m BEFORE DELETE ON accounts FOR EACH ROW EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token');
+-- AFTER DELETE: 39P01 (BEFORE DELETE is the fenced DELETE: sql/check.sql)
+CREATE TRIGGER m AFTER DELETE ON accounts FOR EACH ROW EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token');
 DELETE FROM accounts WHERE id = 6;
 \echo :LAST_ERROR_SQLSTATE
 DROP TRIGGER m ON accounts;
+-- AFTER TRUNCATE: 39P01
+CREATE TRIGGER m AFTER TRUNCATE ON misuse EXECUTE FUNCTION dlock_fence('m:all', 'fence_token');
+TRUNCATE misuse;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
+-- a TRUNCATE trigger whose template names a column: 22023
+CREATE TRIGGER m BEFORE TRUNCATE ON misuse EXECUTE FUNCTION dlock_fence('m:{id}', 'fence_token');
+TRUNCATE misuse;
+\echo :LAST_ERROR_SQLSTATE
+DROP TRIGGER m ON misuse;
 -- wrong number of arguments: 39P01
 CREATE TRIGGER m BEFORE INSERT ON misuse FOR EACH ROW EXECUTE FUNCTION dlock_fence();
 INSERT INTO misuse VALUES (1, 1, :t6, 'x');

@@ -29,6 +29,25 @@ SELECT :c_token > :b_token AS greater,
 SELECT dlock_acquire('upgrade:d', '1 hour') - :c_token AS next_is_one_more;
 SELECT dlock_release('upgrade:b', :b_token) AS b_released;
 
+-- 1.1 has no fencing marks: mode 'seen' asks for the update (the trigger
+-- function is there, dlock_check is not yet)
+CREATE TABLE upgrade_seen (id int PRIMARY KEY, tok bigint);
+CREATE TRIGGER upgrade_seen_fence BEFORE INSERT ON upgrade_seen
+    FOR EACH ROW EXECUTE FUNCTION dlock_fence('upgrade:seen', 'tok', 'seen');
+INSERT INTO upgrade_seen VALUES (1, 5);
+SELECT count(*) AS dlock_check_exists FROM pg_proc WHERE proname = 'dlock_check';
+
+-- 1.2: this session, whose cache knew the 1.1 objects, finds the marks at
+-- once; the leases and tokens carry on
+ALTER EXTENSION dlock UPDATE TO '1.2';
+SELECT extversion FROM pg_extension WHERE extname = 'dlock';
+INSERT INTO upgrade_seen VALUES (1, 5);
+INSERT INTO upgrade_seen VALUES (2, 4);
+SELECT lock_name, token FROM dlock_fence_mark;
+SELECT dlock_check('upgrade:a', :a_token) = :a_token AS a_checks;
+SELECT dlock_acquire('upgrade:e', '1 hour') - :c_token AS tokens_carry_on;
+DROP TABLE upgrade_seen;
+
 -- the updated extension has exactly the objects, grants and dump
 -- configuration of a fresh install
 -- (the members with their grants and comments, and the dump configuration,

@@ -99,10 +99,12 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -658,6 +660,11 @@ dlock_check(PG_FUNCTION_ARGS)
 					 "Lock \"%s\": no token was given (the token is null).",
 					 text_to_cstring(lock_name));
 	token = PG_GETARG_INT64(1);
+	/* 'live' and 'seen' lock a row: say so, not the statement's name */
+	if (checked.mode != DLOCK_FENCE_LATEST && XactReadOnly)
+		PreventCommandIfReadOnly(checked.mode == DLOCK_FENCE_LIVE ?
+								 "dlock_check() in mode 'live'" :
+								 "dlock_check() in mode 'seen'");
 
 	fence_verify(fcinfo->flinfo->fn_oid, NULL, lock_name, token,
 				 checked.mode);

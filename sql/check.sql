@@ -1,0 +1,282 @@
+--
+-- check: dlock_check (the fence as a call) in every mode, what the
+-- transaction remembers of it, and the fenced DELETE, TRUNCATE and the
+-- write without a token that rely on it; mode 'seen' and its marks.
+-- Every acceptance and rejection, and every error with its SQLSTATE.
+--
+CREATE EXTENSION dlock;
+\set SHOW_CONTEXT never
+
+CREATE TABLE acct (id int PRIMARY KEY, bal int NOT NULL, tok bigint);
+INSERT INTO acct VALUES (1, 100, NULL), (2, 100, NULL), (3, 100, NULL);
+-- the rows exist before the fence: DELETE and UPDATE now need the fence
+CREATE TRIGGER acct_fence BEFORE INSERT OR UPDATE OR DELETE ON acct
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('acct:{id}', 'tok');
+CREATE TRIGGER acct_fence_truncate BEFORE TRUNCATE ON acct
+  EXECUTE FUNCTION dlock_fence('acct:all', 'tok');
+
+-- tokens, in the order issued: 1 acct:1, 2 acct:2
+SELECT dlock_acquire('acct:1', '1 hour') AS t1 \gset
+SELECT dlock_acquire('acct:2', '1 hour') AS t2 \gset
+
+--
+-- dlock_check: returns the token when it passes, raises 55T01 otherwise
+--
+SELECT dlock_check('acct:1', :t1) AS latest, dlock_check('acct:1', :t1, 'live') AS live;
+-- a superseded token, a token of another lock, a name without a lease
+SELECT dlock_break('acct:1');
+SELECT dlock_acquire('acct:1', '1 hour') AS t1b \gset
+SELECT dlock_check('acct:1', :t1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('acct:1', :t2);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('acct:404', :t1b);
+\echo :LAST_ERROR_SQLSTATE
+-- 'live': a released or expired lease is rejected, 'latest' still passes
+SELECT dlock_acquire('acct:short', '1 hour') AS ts \gset
+SELECT dlock_release('acct:short', :ts);
+-- (the details name the time of the release or expiry)
+\set VERBOSITY terse
+SELECT dlock_check('acct:short', :ts, 'live');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('acct:short', :ts) = :ts AS latest_passes;
+SELECT dlock_acquire('acct:short', '10 ms') AS ts \gset
+SELECT pg_sleep(0.05);
+SELECT dlock_check('acct:short', :ts, 'live');
+\echo :LAST_ERROR_SQLSTATE
+\set VERBOSITY default
+-- bad input: 22004, 22023; a NULL token is a rejection (55T01)
+SELECT dlock_check(NULL, 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check(repeat('x', 513), 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('acct:1', :t1b, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('acct:1', :t1b, 'LATEST');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('acct:1', NULL);
+\echo :LAST_ERROR_SQLSTATE
+
+--
+-- DELETE: only under a lock the transaction checked
+--
+DELETE FROM acct WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+DELETE FROM acct WHERE id = 1;
+-- row 2's lock was not checked: rejected, the whole statement
+DELETE FROM acct WHERE id IN (2, 3);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT id, bal, tok FROM acct ORDER BY id;
+-- a check made, then superseded within the transaction: rejected
+BEGIN;
+SELECT dlock_check('acct:2', :t2) = :t2 AS checked;
+SELECT dlock_break('acct:2');
+SELECT dlock_acquire('acct:2', '1 hour') AS t2b \gset
+DELETE FROM acct WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT token = :t2 AS acct_2_not_taken_over FROM dlock_leases WHERE lock_name = 'acct:2';
+-- a row that carries a higher token than the one checked (written while
+-- the trigger was disabled): its DELETE is rejected
+ALTER TABLE acct DISABLE TRIGGER acct_fence;
+UPDATE acct SET tok = 1000000 WHERE id = 3;
+ALTER TABLE acct ENABLE TRIGGER acct_fence;
+SELECT dlock_acquire('acct:3', '1 hour') AS t3 \gset
+BEGIN;
+SELECT dlock_check('acct:3', :t3) = :t3 AS checked;
+DELETE FROM acct WHERE id = 3;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- the newest check of a name counts
+BEGIN;
+SELECT dlock_check('acct:1', :t1b, 'live') = :t1b AS checked;
+DELETE FROM acct WHERE id = 1 RETURNING id;
+ROLLBACK;
+
+--
+-- what the transaction remembers: a rolled-back savepoint forgets its
+-- checks, a released one keeps them, the next transaction starts empty
+--
+BEGIN;
+SAVEPOINT s1;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+ROLLBACK TO s1;
+DELETE FROM acct WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SAVEPOINT s1;
+SAVEPOINT s2;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+RELEASE SAVEPOINT s2;
+RELEASE SAVEPOINT s1;
+SAVEPOINT s3;
+SELECT dlock_check('acct:2', :t2) = :t2 AS checked;
+ROLLBACK TO s3;
+DELETE FROM acct WHERE id = 1 RETURNING id;
+DELETE FROM acct WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- a check that failed inside an exception block records nothing
+BEGIN;
+DO $$
+BEGIN
+  PERFORM dlock_check('acct:1', 1);
+EXCEPTION WHEN SQLSTATE '55T01' THEN
+  RAISE NOTICE 'rejected: %', SQLERRM;
+END $$;
+DELETE FROM acct WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- a committed check is gone in the next transaction
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+DELETE FROM acct WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+
+--
+-- writes without a token of their own take the checked one
+--
+BEGIN;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+UPDATE acct SET bal = bal - 10 WHERE id = 1;
+COMMIT;
+SELECT id, bal, tok = :t1b AS carries_checked_token FROM acct WHERE id = 1;
+-- with nothing checked, an unchanged token is checked as it is (current:
+-- accepted) and a NULL one rejected
+UPDATE acct SET bal = bal - 10 WHERE id = 1;
+UPDATE acct SET bal = bal - 10 WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+-- an explicit token wins over the checked one
+BEGIN;
+SELECT dlock_check('acct:2', :t2) = :t2 AS checked;
+UPDATE acct SET bal = 0, tok = :t1b WHERE id = 2;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- INSERT with a NULL token: only under a checked lock
+BEGIN;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+INSERT INTO acct VALUES (1001, 0, NULL);
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT dlock_acquire('acct:4', '1 hour') AS t4 \gset
+BEGIN;
+SELECT dlock_check('acct:4', :t4) = :t4 AS checked;
+INSERT INTO acct VALUES (4, 40, NULL);
+COMMIT;
+SELECT id, bal, tok = :t4 AS carries_checked_token FROM acct WHERE id = 4;
+-- a stale check does not make an unchanged token pass: the holder of
+-- acct:4 checked, then lost the lease before its UPDATE
+BEGIN;
+SELECT dlock_check('acct:4', :t4) = :t4 AS checked;
+SELECT dlock_break('acct:4');
+SELECT dlock_acquire('acct:4', '1 hour') IS NOT NULL AS taken_over;
+UPDATE acct SET bal = 0 WHERE id = 4;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+
+--
+-- TRUNCATE: only after the template's lock was checked
+--
+TRUNCATE acct;
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_acquire('acct:all', '1 hour') AS tall \gset
+BEGIN;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS other_lock_checked;
+TRUNCATE acct;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN;
+SELECT dlock_check('acct:all', :tall) = :tall AS checked;
+TRUNCATE acct;
+SELECT count(*) AS rows_left FROM acct;
+ROLLBACK;
+SELECT count(*) AS rows_kept FROM acct;
+
+--
+-- mode 'seen': the highest token this database accepted, per lock name
+--
+CREATE TABLE shard (id int PRIMARY KEY, note text, tok bigint);
+CREATE TRIGGER shard_fence BEFORE INSERT OR UPDATE OR DELETE ON shard
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('order:{id}', 'tok', 'seen');
+-- no lease here: the first token seen is accepted and marked
+INSERT INTO shard VALUES (1, 'first', 50);
+SELECT lock_name, token FROM dlock_fence_mark ORDER BY lock_name;
+-- the same or a higher token: accepted, a higher one raises the mark
+UPDATE shard SET note = 'same' WHERE id = 1;
+UPDATE shard SET note = 'newer', tok = 70 WHERE id = 1;
+SELECT lock_name, token FROM dlock_fence_mark ORDER BY lock_name;
+-- a lower one: rejected, also on a new row of the same lock name
+UPDATE shard SET note = 'stale', tok = 60 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('order:1', 69, 'seen');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM shard;
+-- DELETE under 'seen': after a check of a token not lower than the mark
+DELETE FROM shard WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT dlock_check('order:1', 70, 'seen') AS checked;
+-- checked again at the same token: free, the mark stays locked
+SELECT dlock_check('order:1', 70, 'seen') AS checked_again;
+DELETE FROM shard WHERE id = 1 RETURNING id;
+ROLLBACK;
+-- a rejected write leaves the mark where it was; a rolled-back raise too
+BEGIN;
+UPDATE shard SET tok = 90 WHERE id = 1;
+ROLLBACK;
+SELECT lock_name, token FROM dlock_fence_mark ORDER BY lock_name;
+-- marks are private: ordinary roles cannot write them
+CREATE ROLE check_user;
+GRANT SELECT, INSERT, UPDATE, DELETE ON shard TO check_user;
+SET ROLE check_user;
+UPDATE dlock_fence_mark SET token = 0;
+\echo :LAST_ERROR_SQLSTATE
+-- but they fence through the trigger and dlock_check as anyone
+UPDATE shard SET note = 'by check_user', tok = 71 WHERE id = 1;
+SELECT dlock_check('order:1', 71, 'seen') AS checked;
+SELECT dlock_purge_marks('0');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+--
+-- dlock_purge_marks: marks not raised for older_than
+--
+SELECT dlock_purge_marks('1 hour') AS purged_recent;
+SELECT dlock_purge_marks('0') AS purged_all;
+SELECT count(*) AS marks_left FROM dlock_fence_mark;
+-- a purged mark forgets: the next token is accepted whatever it is (the
+-- row's own history still holds on UPDATE)
+UPDATE shard SET tok = 5 WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('order:1', 5, 'seen') AS accepted_after_purge;
+SELECT lock_name, token FROM dlock_fence_mark ORDER BY lock_name;
+SELECT dlock_purge_marks(NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_purge_marks('-1 s');
+\echo :LAST_ERROR_SQLSTATE
+-- in a read-only transaction: 25006
+BEGIN READ ONLY;
+SELECT dlock_purge_marks('0');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT dlock_check('order:1', 5, 'seen');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+BEGIN READ ONLY;
+SELECT dlock_check('acct:1', :t1b, 'live');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+-- 'latest' only reads: it works in a read-only transaction
+BEGIN READ ONLY;
+SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
+ROLLBACK;
+
+DROP TABLE acct, shard;
+DROP ROLE check_user;
+DROP EXTENSION dlock;
