@@ -1,14 +1,14 @@
--- test/pgtap/01_shape.sql: the catalog shape of dlock 1.1.
+-- test/pgtap/01_shape.sql: the catalog shape of dlock 1.2.
 --
 -- Every function with its exact signature (argument types, names and
 -- defaults), return type, language, volatility, strictness and security;
--- the view's columns in order; the table and the two sequences; which objects
+-- the view's columns in order; the two tables and the two sequences; which objects
 -- are members of the extension; relocatability and the dump configuration.
 -- Nothing here calls a dlock function.
 
 \ir preamble.psql
 
-SELECT plan(52);
+SELECT plan(64);
 
 -- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -78,6 +78,28 @@ SELECT isnt_strict(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
 SELECT isnt_definer(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
     'dlock_purge is not SECURITY DEFINER');
 
+-- dlock_check(lock_name text, token bigint, mode text DEFAULT 'latest') -> bigint
+SELECT has_function(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint', 'text'],
+    'dlock_check(text, bigint, text) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint', 'text'], 'bigint',
+    'dlock_check returns bigint');
+SELECT volatility_is(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint', 'text'], 'volatile',
+    'dlock_check is VOLATILE (it locks rows and records the check)');
+SELECT isnt_strict(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint', 'text'],
+    'dlock_check is not STRICT (a NULL token is a rejection, not a NULL result)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint', 'text'],
+    'dlock_check is not SECURITY DEFINER');
+
+-- dlock_purge_marks(older_than interval) -> bigint
+SELECT has_function(:'dlock_schema', 'dlock_purge_marks', ARRAY['interval'],
+    'dlock_purge_marks(interval) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_purge_marks', ARRAY['interval'], 'bigint',
+    'dlock_purge_marks returns bigint');
+SELECT isnt_strict(:'dlock_schema', 'dlock_purge_marks', ARRAY['interval'],
+    'dlock_purge_marks is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_purge_marks', ARRAY['interval'],
+    'dlock_purge_marks is not SECURITY DEFINER');
+
 -- dlock_fence() -> trigger
 SELECT has_function(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'dlock_fence() exists in the extension''s schema');
@@ -101,17 +123,20 @@ SELECT results_eq(
         ('dlock_acquire', 'lock_name text, ttl interval, wait interval DEFAULT ''00:00:00''::interval, owner text DEFAULT NULL::text',
          'f', 'u', 'dlock_acquire', '$libdir/dlock'),
         ('dlock_break', 'lock_name text', 'f', 'u', 'dlock_break', '$libdir/dlock'),
+        ('dlock_check', 'lock_name text, token bigint, mode text DEFAULT ''latest''::text', 'f', 'u', 'dlock_check', '$libdir/dlock'),
         ('dlock_fence', '', 'f', 'u', 'dlock_fence', '$libdir/dlock'),
         ('dlock_purge', 'older_than interval', 'f', 'u', 'dlock_purge', '$libdir/dlock'),
+        ('dlock_purge_marks', 'older_than interval', 'f', 'u', 'dlock_purge_marks', '$libdir/dlock'),
         ('dlock_release', 'lock_name text, token bigint', 'f', 'u', 'dlock_release', '$libdir/dlock'),
         ('dlock_renew', 'lock_name text, token bigint, ttl interval', 'f', 'u', 'dlock_renew', '$libdir/dlock')$$,
-    'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL), PARALLEL UNSAFE, and C symbols named after them'
+    'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL, mode ''latest''), PARALLEL UNSAFE, and C symbols named after them'
 );
 SELECT is(
     (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
-      WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence', 'dlock_purge')),
-    6::bigint,
-    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence or dlock_purge'
+      WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence', 'dlock_purge',
+                          'dlock_check', 'dlock_purge_marks')),
+    8::bigint,
+    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check or dlock_purge_marks'
 );
 
 -- The view.
@@ -149,6 +174,18 @@ SELECT is(
     'dlock_lease.lock_name uses the "C" collation (names compare bytewise, whatever the database locale)'
 );
 
+-- The marks of fencing mode 'seen'.
+SELECT has_table(:'dlock_schema', 'dlock_fence_mark', 'table dlock_fence_mark exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull
+        FROM pg_catalog.pg_attribute a
+       WHERE a.attrelid = 'dlock_fence_mark'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       ORDER BY a.attnum$$,
+    $$VALUES ('lock_name', 'text', true), ('token', 'bigint', true), ('raised_at', 'timestamp with time zone', true)$$,
+    'dlock_fence_mark has the columns lock_name text, token bigint, raised_at timestamptz, all NOT NULL'
+);
+SELECT col_is_pk(:'dlock_schema', 'dlock_fence_mark', ARRAY['lock_name'], 'lock_name is the primary key of dlock_fence_mark');
+
 -- The sequence.
 SELECT has_sequence(:'dlock_schema', 'dlock_token_seq', 'sequence dlock_token_seq exists in the extension''s schema');
 SELECT results_eq(
@@ -166,9 +203,10 @@ SELECT results_eq(
 );
 SELECT results_eq(
     $$SELECT c.relname::text COLLATE "default", c.relpersistence::text FROM pg_catalog.pg_class c
-       WHERE c.oid IN ('dlock_lease'::regclass, 'dlock_token_seq'::regclass, 'dlock_token_origin'::regclass) ORDER BY c.relname$$,
-    $$VALUES ('dlock_lease', 'p'), ('dlock_token_origin', 'p'), ('dlock_token_seq', 'p')$$,
-    'dlock_lease, dlock_token_seq and dlock_token_origin are permanent (logged) relations, so they survive a crash and reach standbys'
+       WHERE c.oid IN ('dlock_lease'::regclass, 'dlock_token_seq'::regclass, 'dlock_token_origin'::regclass,
+                       'dlock_fence_mark'::regclass) ORDER BY c.relname$$,
+    $$VALUES ('dlock_fence_mark', 'p'), ('dlock_lease', 'p'), ('dlock_token_origin', 'p'), ('dlock_token_seq', 'p')$$,
+    'dlock_lease, dlock_token_seq, dlock_token_origin and dlock_fence_mark are permanent (logged) relations, so they survive a crash and reach standbys'
 );
 
 -- Membership.  Every object the script creates is a member of the
@@ -195,8 +233,11 @@ SELECT set_eq(
              (true, 'function dlock_release(text,bigint)'),
              (true, 'function dlock_break(text)'),
              (true, 'function dlock_fence()'),
-             (true, 'function dlock_purge(interval)')$$,
-    'the members of extension dlock are exactly its table, two sequences, view and six functions, all in the extension''s schema'
+             (true, 'function dlock_purge(interval)'),
+             (true, 'table dlock_fence_mark'),
+             (true, 'function dlock_check(text,bigint,text)'),
+             (true, 'function dlock_purge_marks(interval)')$$,
+    'the members of extension dlock are exactly its two tables, two sequences, view and eight functions, all in the extension''s schema'
 );
 -- Objects that are not members themselves (the primary key index, the row
 -- types) must still belong to a member, so DROP EXTENSION removes them: no
@@ -243,13 +284,14 @@ SELECT set_eq(
         CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(e.extconfig), pg_catalog.unnest(e.extcondition)) u(reloid, cond)
         JOIN pg_catalog.pg_class c ON c.oid = u.reloid
        WHERE e.extname = 'dlock'$$,
-    $$VALUES ('dlock_lease', true, ''), ('dlock_token_seq', true, ''), ('dlock_token_origin', true, '')$$,
-    'dlock_lease, dlock_token_seq and dlock_token_origin, and nothing else, are registered with pg_extension_config_dump, with no filter (pg_dump carries every lease and the token state)'
+    $$VALUES ('dlock_lease', true, ''), ('dlock_token_seq', true, ''), ('dlock_token_origin', true, ''),
+             ('dlock_fence_mark', true, '')$$,
+    'dlock_lease, dlock_token_seq, dlock_token_origin and dlock_fence_mark, and nothing else, are registered with pg_extension_config_dump, with no filter (pg_dump carries every lease, the token state and the marks)'
 );
 SELECT is(
     (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock'),
-    '1.1',
-    'the installed version is 1.1 (this file describes 1.1)'
+    '1.2',
+    'the installed version is 1.2 (this file describes 1.2)'
 );
 
 SELECT * FROM finish();

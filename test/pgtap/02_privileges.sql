@@ -2,15 +2,16 @@
 -- do with dlock's objects.
 --
 -- First the grants as the catalogs record them (PUBLIC: EXECUTE on acquire,
--- renew and release, SELECT on dlock_leases, nothing else on any member of
--- the extension), then the same rules exercised by an ordinary role created
--- here: it cannot touch the lease table or the token sequence (so it cannot
--- make tokens repeat), cannot write through the view, cannot break leases,
--- and can use the lease functions and read dlock_leases.
+-- renew, release and check, SELECT on dlock_leases, nothing else on any
+-- member of the extension), then the same rules exercised by an ordinary
+-- role created here: it cannot touch the lease table, the marks or the token
+-- sequence (so it cannot make tokens repeat or forge what a database has
+-- seen), cannot write through the view, cannot break leases or purge, and
+-- can use the lease functions and dlock_check and read dlock_leases.
 
 \ir preamble.psql
 
-SELECT plan(37);
+SELECT plan(48);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -23,6 +24,10 @@ SELECT function_privs_are(:'dlock_schema', 'dlock_break', ARRAY['text'],
     'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_break');
 SELECT function_privs_are(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
     'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_purge');
+SELECT function_privs_are(:'dlock_schema', 'dlock_purge_marks', ARRAY['interval'],
+    'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_purge_marks');
+SELECT function_privs_are(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint', 'text'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_check');
 SELECT function_privs_are(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_fence (so any table owner can protect a table)');
 SELECT table_privs_are(:'dlock_schema', 'dlock_leases', 'public', ARRAY['SELECT'],
@@ -31,6 +36,8 @@ SELECT table_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[]
     'PUBLIC has no privilege on table dlock_lease');
 SELECT any_column_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
     'PUBLIC has no privilege on any column of dlock_lease');
+SELECT table_privs_are(:'dlock_schema', 'dlock_fence_mark', 'public', ARRAY[]::name[],
+    'PUBLIC has no privilege on table dlock_fence_mark');
 SELECT sequence_privs_are(:'dlock_schema', 'dlock_token_seq', 'public', ARRAY[]::name[],
     'PUBLIC has no privilege on sequence dlock_token_seq');
 SELECT sequence_privs_are(:'dlock_schema', 'dlock_token_origin', 'public', ARRAY[]::name[],
@@ -47,8 +54,8 @@ SELECT set_eq(
          AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
          AND d.deptype = 'e'
          AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')$$,
-    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_fence'],
-    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release and the trigger function dlock_fence'
+    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_check', 'dlock_fence'],
+    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_check and the trigger function dlock_fence'
 );
 SELECT set_eq(
     $$SELECT c.relname::text COLLATE "default", NULL::text, a.privilege_type::text COLLATE "default"
@@ -108,6 +115,29 @@ SELECT throws_ok(
     $$SELECT * FROM dlock_lease$$,
     '42501', 'permission denied for table dlock_lease',
     'an ordinary role cannot SELECT from dlock_lease (it reads dlock_leases)'
+);
+
+-- The marks of mode 'seen': no statement of any kind, so nobody can lower a
+-- mark (and let a stale token in) or raise one (and lock holders out).
+SELECT throws_ok(
+    $$INSERT INTO dlock_fence_mark VALUES ('tap:priv:forged', 1, pg_catalog.now())$$,
+    '42501', 'permission denied for table dlock_fence_mark',
+    'an ordinary role cannot INSERT into dlock_fence_mark'
+);
+SELECT throws_ok(
+    $$UPDATE dlock_fence_mark SET token = 1$$,
+    '42501', 'permission denied for table dlock_fence_mark',
+    'an ordinary role cannot UPDATE dlock_fence_mark'
+);
+SELECT throws_ok(
+    $$DELETE FROM dlock_fence_mark$$,
+    '42501', 'permission denied for table dlock_fence_mark',
+    'an ordinary role cannot DELETE from dlock_fence_mark'
+);
+SELECT throws_ok(
+    $$SELECT dlock_purge_marks('0')$$,
+    '42501', 'permission denied for function dlock_purge_marks',
+    'an ordinary role cannot purge marks'
 );
 
 -- The token sequence: no nextval, setval or ALTER, so tokens cannot be
@@ -213,6 +243,20 @@ SELECT throws_ok(
     '55T01', NULL,
     'the trigger rejects the role''s write with another token'
 );
+-- dlock_check in every mode, and mode 'seen' writes the marks for it
+SELECT is(
+    (SELECT dlock_check('tap:priv:fenced', t.token) = t.token AND dlock_check('tap:priv:fenced', t.token, 'live') = t.token
+       FROM tap_token t WHERE t.who = 'fenced'),
+    true,
+    'an ordinary role can call dlock_check in modes latest and live'
+);
+SELECT is(dlock_check('tap:priv:seen', 42, 'seen'), 42::bigint,
+    'an ordinary role can call dlock_check in mode seen, which records the mark');
+SELECT throws_ok(
+    $$SELECT dlock_check('tap:priv:seen', 41, 'seen')$$,
+    '55T01', 'fencing token rejected for lock "tap:priv:seen"',
+    'a lower token than the mark is rejected for it'
+);
 
 RESET ROLE;
 
@@ -221,6 +265,11 @@ SELECT results_eq(
     $$SELECT l.lock_name COLLATE "default" FROM dlock_lease l WHERE l.lock_name LIKE 'tap:priv:%' ORDER BY 1$$,
     ARRAY['tap:priv:fenced', 'tap:priv:plain'],
     'no lease was forged by the denied statements'
+);
+SELECT results_eq(
+    $$SELECT m.lock_name COLLATE "default", m.token FROM dlock_fence_mark m WHERE m.lock_name LIKE 'tap:priv:%' ORDER BY 1$$,
+    $$VALUES ('tap:priv:seen', 42::bigint)$$,
+    'the only mark is the one dlock_check recorded: the denied statements forged none'
 );
 
 SELECT * FROM finish();

@@ -149,13 +149,13 @@ BEGIN
     INSERT INTO outcome (tab, id, token, outcome, kind, current_token, detail)
     VALUES (p_tab::text, p_id, p_token, 'rejected',
             CASE
-              WHEN v_detail ~ 'carries token \\d+, but the current token is \\d+\\.\$' THEN 'stale'
+              WHEN v_detail ~ 'token \\d+ is not current; the current token is \\d+\\.\$' THEN 'stale'
               WHEN v_detail ~ 'lower than token \\d+ it already had' THEN 'row'
               WHEN v_detail ~ 'is current, but its lease expired at' THEN 'expired'
               WHEN v_detail ~ 'is current, but its lease was released at' THEN 'released'
               ELSE 'other'
             END,
-            substring(v_detail from 'but the current token is (\\d+)')::bigint,
+            substring(v_detail from 'the current token is (\\d+)')::bigint,
             v_detail);
     RETURN 'rejected';
   END;

@@ -252,7 +252,7 @@ $log = slurp_file($sub->logfile, $log_offset);
 my $stale = $ptok{1};
 like(
 	$log,
-	qr/DETAIL:  Lock "prot:1": the row carries token $stale, but the current token is $stok\./,
+	qr/DETAIL:  Lock "prot:1": token $stale is not current; the current token is $stok\./,
 	'subscriber, ALWAYS: the apply worker\'s write was rejected as stale');
 like(
 	$log,

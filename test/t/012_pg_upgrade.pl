@@ -14,7 +14,7 @@
 # upgrade to: the file is skipped.
 #
 # The old cluster (15, shared_preload_libraries = 'dlock') has:
-#   - database appdb with dlock 1.1 in schema coord: leases in every state
+#   - database appdb with dlock 1.2 in schema coord: leases in every state
 #     (live, held by a superuser and by an ordinary role, released,
 #     expired, taken over), a table fenced in 'latest' mode and one in
 #     'live' mode, whose rows carry their tokens, and more grants than the
@@ -184,7 +184,7 @@ is($new->safe_psql('appdb', 'SHOW server_version_num') >= $new_major * 10000,
 	1, "the new cluster runs PostgreSQL $new_major");
 is($new->safe_psql('appdb',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'dlock'}),
-	'1.1', 'appdb: dlock 1.1 is installed');
+	'1.2', 'appdb: dlock 1.2 is installed');
 is(lease_rows($new, 'appdb', 'coord'), $rows_before,
 	'appdb: every lease is there as it was');
 is(sql($new, 'appdb', $acct_rows_sql), $acct_before, 'appdb: the fenced rows are there as they were');
@@ -258,7 +258,7 @@ bg_close($waiter);
 $new->safe_psql('legacy', 'ALTER EXTENSION dlock UPDATE');
 is( $new->safe_psql('legacy',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'dlock'}),
-	'1.1',
+	'1.2',
 	'legacy: ALTER EXTENSION dlock UPDATE from 1.0 after pg_upgrade');
 is(lease_rows($new, 'legacy'), $legacy_before, 'legacy: its lease is there');
 is( $new->safe_psql('legacy',
