@@ -277,6 +277,41 @@ BEGIN READ ONLY;
 SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
 ROLLBACK;
 
+--
+-- the documented patterns: a procedure, a row-level security policy, an
+-- UPDATE ... WHERE
+--
+CREATE PROCEDURE debit(p_id int, p_token bigint, p_amount int) LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM dlock_check('acct:' || p_id, p_token);
+  UPDATE acct SET bal = bal - p_amount WHERE id = p_id;
+END $$;
+SELECT token AS t4now FROM dlock_leases WHERE lock_name = 'acct:4' \gset
+CALL debit(4, :t4now, 5);
+SELECT id, bal, tok = :t4now AS carries_token FROM acct WHERE id = 4;
+CALL debit(4, :t4now - 1, 5);
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE notes (id int PRIMARY KEY, body text);
+INSERT INTO notes VALUES (4, 'first');
+ALTER TABLE notes ENABLE ROW LEVEL SECURITY;
+CREATE POLICY fenced ON notes
+  USING (dlock_check('acct:' || id, current_setting('app.token')::bigint) IS NOT NULL);
+GRANT SELECT, UPDATE ON notes TO check_user;
+SET ROLE check_user;
+SET app.token = :t4now;
+UPDATE notes SET body = 'by the holder' WHERE id = 4;
+SET app.token = 1;
+UPDATE notes SET body = 'by a stale holder' WHERE id = 4;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT * FROM notes;
+UPDATE acct SET bal = 0 WHERE id = 4 AND dlock_check('acct:4', :t4now - 1) IS NOT NULL;
+\echo :LAST_ERROR_SQLSTATE
+UPDATE acct SET bal = 0 WHERE id = 4 AND dlock_check('acct:4', :t4now) IS NOT NULL;
+SELECT id, bal FROM acct WHERE id = 4;
+DROP TABLE notes;
+DROP PROCEDURE debit;
+
 DROP TABLE acct, shard;
 DROP ROLE check_user;
 DROP EXTENSION dlock;
