@@ -139,7 +139,22 @@ exec psql -X -q -v ON_ERROR_STOP=1 -v VERBOSITY=verbose -d "$conn_b" \\
     -c "UPDATE orders SET note = '\$note', fence_token = \$tok WHERE id = 1"
 });
 
+my @holders;
+
+# A holder left behind by a failed test (maybe stopped) is ended.
+END
+{
+	local $?;    # keep the test's exit status
+	for my $h (grep { !defined $_->{rc} } @holders)
+	{
+		kill 'CONT', $h->{pid};
+		kill 'KILL', $h->{pid};
+		waitpid($h->{pid}, 0);
+	}
+}
+
 my $h1 = dlock_start([ 'h1', '1 s', 'holder 1: shipped' ], program => "$dir/holder");
+push @holders, $h1;
 ok(wait_for_file("$dir/h1.token"), 'holder 1 acquired order:1 on A');
 my $t1 = slurp("$dir/h1.token") =~ s/\n//r;
 cmp_ok($t1, '>', $t0, "holder 1's token t1 ($t1) is greater than t0 ($t0)");
@@ -160,6 +175,7 @@ open(my $fh, '>', "$dir/h2.go") or die "cannot write $dir/h2.go: $!";
 close($fh);
 my $h2 = dlock_start([ 'h2', '1 minute', 'holder 2: cancelled' ],
 	program => "$dir/holder");
+push @holders, $h2;
 is(dlock_wait($h2), 0, 'holder 2 acquired order:1 on A and updated row 1 in B');
 my $t2 = slurp("$dir/h2.token") =~ s/\n//r;
 cmp_ok($t2, '>', $t1, "holder 2's token t2 ($t2) is greater than t1 ($t1)");
