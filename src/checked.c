@@ -145,7 +145,8 @@ checked_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				checked_pop();
 			break;
 		default:
-			break;
+			/* the subtransaction has not ended yet (start, pre-commit) */
+			return;
 	}
 	/* no entry belongs to a subtransaction that has ended */
 	Assert(checked_len == 0 || checked_log[checked_len - 1].subid != mySubid);
@@ -163,6 +164,18 @@ DlockCheckedInit(void)
 }
 
 /*
+ * checked_same_name reports whether entry e is of lock_name.
+ */
+static bool
+checked_same_name(const CheckedEntry *e, text *lock_name)
+{
+	int			len = VARSIZE_ANY_EXHDR(lock_name);
+
+	return (int) VARSIZE_ANY_EXHDR(e->lock_name) == len &&
+		memcmp(VARDATA_ANY(e->lock_name), VARDATA_ANY(lock_name), len) == 0;
+}
+
+/*
  * checked_find returns the index of the newest entry for lock_name, or -1.
  */
 static int
@@ -170,18 +183,14 @@ checked_find(text *lock_name, uint64 hash)
 {
 	CheckedHead *head;
 	int			i;
-	int			len = VARSIZE_ANY_EXHDR(lock_name);
 
 	if (checked_heads == NULL)
 		return -1;
 	head = hash_search(checked_heads, &hash, HASH_FIND, NULL);
 	for (i = head ? head->newest : -1; i >= 0; i = checked_log[i].shadowed)
 	{
-		text	   *name = checked_log[i].lock_name;
-
 		Assert(checked_log[i].hash == hash);
-		if ((int) VARSIZE_ANY_EXHDR(name) == len &&
-			memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name), len) == 0)
+		if (checked_same_name(&checked_log[i], lock_name))
 			return i;
 	}
 	return -1;
@@ -234,6 +243,30 @@ DlockCheckedRecord(text *lock_name, const DlockChecked *check)
 
 	/* subtransactions only grow along the log (see the file header) */
 	Assert(checked_len < 2 || checked_log[checked_len - 2].subid <= e->subid);
+}
+
+/*
+ * DlockCheckedMarkMoved notes that the transaction accepted token under
+ * lock_name in mode 'seen', so the mark may have been raised to it: the
+ * checks of that name at a lower token no longer find their mark at their
+ * token, and lose mark_locked (which only turns fence.c's shortcut off, so
+ * it is right also if the subtransaction that raised the mark aborts).
+ */
+void
+DlockCheckedMarkMoved(text *lock_name, int64 token)
+{
+	int			i;
+
+	if (checked_log == NULL)
+		return;
+	/* every entry of the name: the chain holds the entries of its hash */
+	for (i = checked_find(lock_name, DlockNameHash(lock_name)); i >= 0;
+		 i = checked_log[i].shadowed)
+	{
+		if (checked_same_name(&checked_log[i], lock_name) &&
+			checked_log[i].check.token < token)
+			checked_log[i].check.mark_locked = false;
+	}
 }
 
 /*

@@ -123,6 +123,7 @@ typedef struct DlockChecked
 extern void DlockCheckedInit(void);
 extern void DlockCheckedRecord(text *lock_name, const DlockChecked *check);
 extern bool DlockCheckedLookup(text *lock_name, DlockChecked *check);
+extern void DlockCheckedMarkMoved(text *lock_name, int64 token);
 
 /* token.c: token jumps and durability (the store calls them, as owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);

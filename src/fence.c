@@ -416,7 +416,11 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 		DlockChecked checked;
 		int64		mark;
 
-		/* a mark this transaction locked at token cannot have moved */
+		/*
+		 * A mark this transaction locked at token cannot have been moved by
+		 * anyone else; when the transaction itself raised it above,
+		 * DlockCheckedMarkMoved cleared mark_locked.
+		 */
 		if (DlockCheckedLookup(lock_name, &checked) && checked.mark_locked &&
 			checked.token == token)
 			return;
@@ -424,6 +428,8 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 			fence_reject(relname, lock_name,
 						 "Lock \"%s\": token " INT64_FORMAT " is lower than token " INT64_FORMAT ", the highest this database has accepted for it.",
 						 text_to_cstring(lock_name), token, mark);
+		/* the mark may now be above what the transaction checked before */
+		DlockCheckedMarkMoved(lock_name, token);
 		return;
 	}
 
