@@ -286,6 +286,29 @@ SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
 ROLLBACK;
 
 --
+-- partitions: a row moved to another partition by an UPDATE is deleted from
+-- its old one, so a fenced DELETE needs a check of its old lock
+--
+CREATE TABLE parted (id int, region text, tok bigint, PRIMARY KEY (id, region))
+  PARTITION BY LIST (region);
+CREATE TABLE parted_eu PARTITION OF parted FOR VALUES IN ('eu');
+CREATE TABLE parted_us PARTITION OF parted FOR VALUES IN ('us');
+CREATE TRIGGER parted_fence BEFORE INSERT OR UPDATE OR DELETE ON parted
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('parted:{region}:{id}', 'tok');
+SELECT dlock_acquire('parted:eu:1', '1 hour') AS peu \gset
+SELECT dlock_acquire('parted:us:1', '1 hour') AS pus \gset
+INSERT INTO parted VALUES (1, 'eu', :peu);
+-- with the new lock's token only: the DELETE from parted_eu is rejected
+UPDATE parted SET region = 'us', tok = :pus WHERE id = 1;
+\echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT dlock_check('parted:eu:1', :peu) = :peu AS old_lock_checked;
+UPDATE parted SET region = 'us', tok = :pus WHERE id = 1;
+COMMIT;
+SELECT tableoid::regclass, id, region, tok = :pus AS new_token FROM parted;
+DROP TABLE parted;
+
+--
 -- the documented patterns: a procedure, a row-level security policy, an
 -- UPDATE ... WHERE
 --
