@@ -4,8 +4,9 @@
  *	  Direct access to the lease table (dlock_lease): its one description
  *	  (the columns, found by name), the lookup through its primary key, and
  *	  the hot paths that read and change a lease row without SQL: taking
- *	  over an ended lease, renew, release and break, and the 'latest'
- *	  fence's read.  store.c owns the rest (its cache, the switch to the
+ *	  over an ended lease, renew, release and break, the 'latest' fence's
+ *	  read (through the fence cache when it can) and the 'live' fence's
+ *	  lock.  store.c owns the rest (its cache, the switch to the
  *	  table's owner, the SQL statements).
  *
  * Direct access: the hot paths read the row through the primary key index
@@ -27,7 +28,7 @@
  * version adds are allowed; an update copies them from the version it
  * replaces.  New versions are built from named fields (DlockLeaseFields).
  *
- * Everything here but the 'latest' fence's read runs as the lease table's
+ * Everything here but the fence's read and lock runs as the lease table's
  * owner (store.c's store_begin switches to it with
  * SECURITY_LOCAL_USERID_CHANGE).  Index entries of an
  * update that is not HOT may evaluate functions of an expression or
@@ -40,8 +41,9 @@
  * store.c's header gives in full):
  *
  * - Every operation opens the table and its primary key with
- *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock), kept
- *   until the transaction ends, as a statement's would be.
+ *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock; the
+ *   'live' fence's lock: RowShareLock on the table, AccessShareLock on the
+ *   index), kept until the transaction ends, as a statement's would be.
  *
  * - Acquire never waits for another transaction.  A row that is locked by
  *   an open transaction (an uncommitted acquire, renew, release or break,
@@ -71,8 +73,15 @@
  *   store.c and store_ops.c, only when it inserted the row.)
  *
  * - The 'latest' fence reads the lease of a name with a fresh snapshot and
- *   no row lock.  (The 'live' fence's FOR KEY SHARE is an SQL statement in
- *   store.c.)
+ *   no row lock, or takes its token from the fence cache (fence_cache.c).
+ *   A takeover opens the name's bucket of the cache before it writes the
+ *   new token (DlockFenceCacheOpen), so the cache cannot answer for the
+ *   name until the takeover's transaction has ended.
+ *
+ * - The 'live' fence locks the row it finds FOR KEY SHARE, waiting, and
+ *   follows a concurrently changed row to its newest version as READ
+ *   COMMITTED does (a SERIALIZABLE transaction gets 40001 instead), as the
+ *   SQL statement SELECT ... FOR KEY SHARE did before (DlockLeaseFenceLock).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -101,6 +110,7 @@
 
 #include "compat.h"
 #include "dlock.h"
+#include "fence_cache.h"
 #include "lease_table.h"
 
 /* Whether the current code runs as the lease table's owner (store_begin). */
@@ -547,6 +557,9 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 			*token = nextval_internal(seqrelid, true);
 		}
 		Assert(*token > row.f.token);
+
+		/* the token changes: the fence cache must not answer meanwhile */
+		DlockFenceCacheOpen(lock_name);
 		row.f.token = *token;
 		row.f.owner = owner;
 		row.f.holder_role = holder;
@@ -631,13 +644,17 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 }
 
 /*
- * DlockLeaseFenceRead reads the lease of lock_name into *lease straight
- * from the primary key index and the heap, with a fresh snapshot and no
- * row lock: the 'latest' fence's hot path, without SPI's per-statement
- * executor setup.  The same MVCC read as lease_read.  Takes
- * AccessShareLock on the table and the index, kept until the transaction
- * ends.  Runs as the caller (opening a relation checks no privilege); the
- * lookup evaluates no user-defined function.
+ * DlockLeaseFenceRead reads the lease of lock_name into *lease for the
+ * 'latest' fence: from the fence cache when it knows the name
+ * (fence_cache.c; then only found and token are set, and state_read is
+ * false), otherwise straight from the primary key index and the heap, with
+ * a fresh snapshot and no row lock, without SPI's per-statement executor
+ * setup, and then offers the token to the cache.  The same MVCC read as
+ * lease_read.  Takes AccessShareLock on the table (and on the index when
+ * it reads it), kept until the transaction ends; the table's lock is what
+ * makes its relfilenode, part of the cache's key, current.  Runs as the
+ * caller (opening a relation checks no privilege); the lookup evaluates no
+ * user-defined function.
  */
 void
 DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
@@ -647,10 +664,22 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	Relation	idx;
 	Snapshot	snap;
 	TupleTableSlot *slot;
+	DlockFenceCacheTicket ticket;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, AccessShareLock);
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	if (DlockFenceCacheGet(rel, lock_name, &lease->token, &ticket))
+	{
+		lease->found = true;
+		table_close(rel, NoLock);
+		return;
+	}
+
 	idx = lease_pkey_open(table, rel, AccessShareLock);
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 
@@ -660,6 +689,108 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 		lease->token = DatumGetInt64(lease_field(slot, table->att_token));
 		lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
 		lease->released = DatumGetBool(lease_field(slot, table->att_released));
+		lease->state_read = true;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	if (lease->found)
+		DlockFenceCacheFill(&ticket, lock_name, lease->token);
+}
+
+/*
+ * lease_slot_has_name reports whether the version in slot is the row of
+ * lock_name (the recheck an executor does on a row version it followed an
+ * update to; dlock never changes a row's lock_name).
+ */
+static bool
+lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
+					text *lock_name)
+{
+	text	   *name = DatumGetTextPP(lease_field(slot, table->att_lock_name));
+
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
+ * DlockLeaseFenceLock reads the lease of lock_name into *lease for the
+ * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
+ * as SELECT ... FOR KEY SHARE would, without SPI: a lookup through the
+ * primary key with a fresh snapshot, then table_tuple_lock on the version
+ * found, waiting for a transaction that holds a conflicting lock (a
+ * takeover's FOR UPDATE) or changed the row.  READ COMMITTED rules, also
+ * under REPEATABLE READ: when the row was changed concurrently, the lock
+ * follows it to its newest version (TUPLE_LOCK_FLAG_FIND_LAST_VERSION),
+ * which is then the lease read (a deleted row: no lease).  A SERIALIZABLE
+ * transaction keeps its rules, as the SQL statement did: a concurrent
+ * update or delete raises 40001 (the messages and codes of ExecLockRows).
+ * Takes RowShareLock on the table and AccessShareLock on its index, kept
+ * until the transaction ends.  Runs as the caller (locking a row directly
+ * checks no privilege); the lookup evaluates no user-defined function.
+ */
+void
+DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
+					DlockFenceLease *lease)
+{
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
+
+	Assert(OidIsValid(table->relid) && table->att_token > 0);
+	rel = table_open(table->relid, RowShareLock);
+	idx = lease_pkey_open(table, rel, AccessShareLock);
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	if (!IsolationIsSerializable())
+		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+
+	lease->found = false;
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	if (lease_lookup(rel, idx, snap, lock_name, slot))
+	{
+		ItemPointerData tid = slot->tts_tid;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		res = table_tuple_lock(rel, &tid, snap, slot,
+							   GetCurrentCommandId(true), LockTupleKeyShare,
+							   LockWaitBlock, lockflags, &tmfd);
+		switch (res)
+		{
+			case TM_Ok:
+				/* locked; the newest version when it followed an update */
+				lease->found = !tmfd.traversed ||
+					lease_slot_has_name(table, slot, lock_name);
+				break;
+			case TM_SelfModified:
+				/* changed by a later command of this transaction: skipped */
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				if (IsolationIsSerializable())
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not serialize access due to concurrent update")));
+				if (res == TM_Updated)
+					elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+				break;			/* deleted (purged) meanwhile: no lease */
+			default:
+				elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+		}
+		if (lease->found)
+		{
+			lease->token = DatumGetInt64(lease_field(slot, table->att_token));
+			lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
+			lease->released = DatumGetBool(lease_field(slot, table->att_released));
+			lease->state_read = true;
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
