@@ -1,0 +1,192 @@
+#!/usr/bin/perl
+#
+# test/t/015_fence_cache.pl
+#	  The fence cache (src/fence_cache.c), with dlock preloaded: that the
+#	  'latest' fence is answered from it, that a superuser's hand edit of
+#	  the lease table is seen only through dlock.fence_cache = off (the
+#	  documented rule), and that under concurrent takeovers and fenced
+#	  writes no accepted token goes backwards.
+#
+# Part 1, the cache answers.  A fenced write fills the cache with the
+# lease's token.  A superuser then changes the token in dlock_lease by hand
+# (what docs/sql-reference.md, "Setting", says must be done with
+# dlock.fence_cache = off): a write with the old token is still accepted,
+# which only the cache can explain (the index holds the new token), and a
+# session with dlock.fence_cache = off, which reads the index, rejects it.
+# A transaction of such a session that writes drops the whole cache when it
+# commits: afterwards every session rejects the old token.  With the cache
+# turned off by dlock.fence_cache_size = 0 (after a restart) the hand edit
+# is seen at once.
+#
+# Part 2, takeovers and fenced writes, concurrently.  Eight pgbench clients
+# acquire one of four names with a short ttl, pause (often past it, so that
+# another client takes the lease over and the cache entry is invalidated
+# between a check's read and its fill), and write the name's row with their
+# token; an AFTER trigger logs every accepted write with a sequence number
+# (commit order per row, as in 003_fence_stress.pl).  Checked: per row the
+# accepted tokens never decrease, and an accepted token is never older
+# than the lease's token seen right after it.  No timing is asserted.
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_fence_cache');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'dlock'\nmax_connections = 30\n");
+$node->start;
+
+sub sql
+{
+	return $node->safe_psql('postgres', $_[0]);
+}
+
+# write(token, [settings]): a fenced UPDATE of row 1 with token; '' when
+# accepted, else the SQLSTATE.
+sub write_row
+{
+	my ($token, $set) = @_;
+	$set //= '';
+	my ($rc, $out, $err) = $node->psql('postgres',
+		"$set\\set VERBOSITY verbose\nUPDATE acct SET val = val + 1, fence_token = $token WHERE id = 1;"
+	);
+	return '' if $rc == 0;
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : $err;
+}
+
+sql(q{
+CREATE EXTENSION dlock;
+CREATE TABLE acct (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('cache:{id}', 'fence_token', 'latest');
+});
+my $a = sql(q{SELECT dlock_acquire('cache:1', '1 hour')});
+sql(qq{INSERT INTO acct VALUES (1, 0, $a)});
+
+# Part 1.
+is(write_row($a), '', 'a write with the current token is accepted');
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
+);
+is(write_row($a), '',
+	'after a hand edit of the lease table, the old token is still accepted: the cache answered'
+);
+is(write_row($a, "SET dlock.fence_cache = off;\n"),
+	'55T01', 'a session with dlock.fence_cache = off reads the index and rejects it');
+is(write_row($a), '', 'the other sessions still use the cache');
+sql(q{SET dlock.fence_cache = off; CREATE TABLE cache_reset ()});
+is(write_row($a), '55T01',
+	'a writing transaction of a session with dlock.fence_cache = off dropped the cache');
+is(write_row($a + 1000), '', 'the token of the hand edit is accepted');
+
+$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 0\n");
+$node->restart;
+my $b = $a + 1000;
+is(write_row($b), '', 'dlock.fence_cache_size = 0: the current token is accepted');
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
+);
+is(write_row($b), '55T01', 'without the cache, a hand edit is seen at once');
+$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 1024\n");
+$node->restart;
+
+# Part 2.
+my $clients = 8;
+my $per_client = 60;
+my $transactions = $clients * $per_client;
+my $rows = 4;
+
+sql(qq{
+CREATE TABLE acct2 (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct2 FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('race:{id}', 'fence_token', 'latest');
+CREATE SEQUENCE write_log_seq;
+CREATE TABLE write_log (seq bigint PRIMARY KEY, id int NOT NULL,
+                        token bigint NOT NULL, lease_token bigint);
+CREATE FUNCTION log_write() RETURNS trigger LANGUAGE plpgsql AS \$\$
+BEGIN
+  INSERT INTO write_log
+  VALUES (nextval('write_log_seq'), NEW.id, NEW.fence_token,
+          (SELECT token FROM dlock_leases WHERE lock_name = 'race:' || NEW.id));
+  RETURN NULL;
+END
+\$\$;
+CREATE TRIGGER log_write AFTER UPDATE ON acct2 FOR EACH ROW
+  EXECUTE FUNCTION log_write();
+CREATE TABLE outcome (n bigserial PRIMARY KEY, outcome text NOT NULL);
+-- fenced_write: 1 is added to row p_id with token p_token (0: not
+-- acquired, nothing written); only 55T01 is caught.
+CREATE FUNCTION fenced_write(p_id int, p_token bigint) RETURNS text
+LANGUAGE plpgsql AS \$\$
+BEGIN
+  IF p_token = 0 THEN
+    INSERT INTO outcome (outcome) VALUES ('not acquired');
+    RETURN 'not acquired';
+  END IF;
+  BEGIN
+    UPDATE acct2 SET val = val + 1, fence_token = p_token WHERE id = p_id;
+    INSERT INTO outcome (outcome) VALUES ('accepted');
+    RETURN 'accepted';
+  EXCEPTION WHEN SQLSTATE '55T01' THEN
+    INSERT INTO outcome (outcome) VALUES ('rejected');
+    RETURN 'rejected';
+  END;
+END
+\$\$;
+SELECT dlock_acquire('race:' || i, '1 hour') FROM generate_series(1, $rows) i;
+INSERT INTO acct2
+  SELECT i, 0, token FROM generate_series(1, $rows) i
+    JOIN dlock_leases ON lock_name = 'race:' || i;
+SELECT dlock_release(lock_name, token) FROM dlock_leases WHERE lock_name LIKE 'race:%';
+});
+
+$node->pgbench(
+	"-n -c $clients -j $clients -t $per_client",
+	0,
+	[
+		qr{number of transactions actually processed: $transactions/$transactions},
+		qr{number of failed transactions: 0 }
+	],
+	[qr{^$}],
+	'pgbench: concurrent takeovers and cached fenced writes',
+	{
+		'015_fence_cache.sql' => qq{
+\\set id random(1, $rows)
+\\set ttl random(5, 40)
+\\set pause random(0, 60)
+SELECT coalesce(dlock_acquire('race:' || :id, :ttl * interval '1 millisecond', interval '20 ms'), 0) AS tok \\gset
+SELECT fenced_write(:id, :tok);
+\\sleep :pause ms
+SELECT fenced_write(:id, :tok);
+SELECT fenced_write(:id, :tok);
+}
+	},
+	'postgres');
+
+note(
+	"outcomes:\n",
+	sql(q{SELECT outcome, count(*) FROM outcome GROUP BY 1 ORDER BY 1}));
+cmp_ok(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'accepted'}),
+	'>', 0, 'some writes were accepted');
+cmp_ok(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'rejected'}),
+	'>', 0, 'some writes were rejected');
+is( sql(
+		q{
+SELECT count(*) FROM (
+  SELECT token < lag(token) OVER (PARTITION BY id ORDER BY seq) AS backwards
+    FROM write_log) s
+ WHERE backwards}),
+	'0',
+	'per row, accepted tokens in commit order never decrease');
+is(sql(q{SELECT count(*) FROM write_log WHERE NOT lease_token >= token}),
+	'0', 'the lease\'s token is never older than an accepted token');
+is(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'accepted'}),
+	sql(q{SELECT count(*) FROM write_log}),
+	'every accepted write is logged, and nothing else');
+
+$node->stop;
+done_testing();
