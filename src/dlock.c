@@ -60,18 +60,24 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
-	DefineCustomIntVariable("dlock.fence_cache_size",
-							"Lock names whose current token the fence cache keeps in shared memory.",
-							"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
-							"from this cache instead of the lease table's index.  Each name takes "
-							"136 bytes; 0 turns the cache off.",
-							&dlock_fence_cache_size,
-							65536,
-							0,
-							16777216,
-							PGC_POSTMASTER,
-							0,
-							NULL, NULL, NULL);
+	/*
+	 * The cache's size is fixed at server start, so it is a setting only
+	 * when preloaded: a PGC_POSTMASTER setting cannot be defined by a
+	 * library loaded later (and without preload there is no cache).
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dlock.fence_cache_size",
+								"Lock names whose current token the fence cache keeps in shared memory.",
+								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
+								"from this cache instead of the lease table's index.  Each name takes "
+								"136 bytes; 0 turns the cache off.",
+								&dlock_fence_cache_size,
+								65536,
+								0,
+								16777216,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
 
 	DefineCustomBoolVariable("dlock.fence_cache",
 							 "Whether this session's fence checks use the fence cache.",

@@ -121,7 +121,7 @@
  * become visible) and bumps the epoch when it ends, which drops every
  * entry.  Without that, fenced writes may be checked against the tokens
  * from before the hand edit until the names are changed by dlock or the
- * server restarts (docs/sql-reference.md, "Setting").
+ * server restarts (docs/sql-reference.md, "Settings").
  *
  * Concurrency summary: the bucket's spinlock is held only to fill or
  * clear entries (no other lock is taken meanwhile, nothing can raise);
