@@ -121,7 +121,10 @@
  * become visible) and bumps the epoch when it ends, which drops every
  * entry.  Without that, fenced writes may be checked against the tokens
  * from before the hand edit until the names are changed by dlock or the
- * server restarts (docs/sql-reference.md, "Settings").
+ * server restarts (docs/sql-reference.md, "Settings").  A session with
+ * session_replication_role = replica is treated the same way: logical
+ * replication's apply worker runs so, and it writes the rows of a
+ * subscribed lease table without dlock's functions.
  *
  * Concurrency summary: the bucket's spinlock is held only to fill or
  * clear entries (no other lock is taken meanwhile, nothing can raise);
@@ -135,6 +138,7 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "commands/trigger.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/shmem.h"
@@ -525,6 +529,7 @@ fence_close(void)
  * fence_cache_xact_callback closes, when the top-level transaction ends
  * (after ProcArrayEndTransaction), what it opened; leaves it open for good
  * when it was prepared; and before a session with dlock.fence_cache = off
+ * or session_replication_role = replica (logical replication's apply)
  * commits or prepares a transaction that wrote, opens the global count.
  */
 static void
@@ -536,7 +541,8 @@ fence_cache_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_PRE_COMMIT:
 		case XACT_EVENT_PRE_PREPARE:
-			if (!dlock_fence_cache &&
+			if ((!dlock_fence_cache ||
+				 SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA) &&
 				TransactionIdIsValid(GetTopTransactionIdIfAny()))
 				DlockFenceCacheOpenAll();
 			break;

@@ -14,7 +14,8 @@
 # which only the cache can explain (the index holds the new token), and a
 # session with dlock.fence_cache = off, which reads the index, rejects it.
 # A transaction of such a session that writes drops the whole cache when it
-# commits: afterwards every session rejects the old token.  With the cache
+# commits: afterwards every session rejects the old token.  So does one of
+# a session with session_replication_role = replica.  With the cache
 # turned off by dlock.fence_cache_size = 0 (after a restart) the hand edit
 # is seen at once.
 #
@@ -84,9 +85,19 @@ is(write_row($a), '55T01',
 	'a writing transaction of a session with dlock.fence_cache = off dropped the cache');
 is(write_row($a + 1000), '', 'the token of the hand edit is accepted');
 
+# session_replication_role = replica (logical replication's apply worker)
+# counts as dlock.fence_cache = off.
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
+);
+is(write_row($a + 1000), '', 'a second hand edit: the cache still answers');
+sql(q{SET session_replication_role = replica; CREATE TABLE cache_reset2 ()});
+is(write_row($a + 1000),
+	'55T01', 'a writing transaction with session_replication_role = replica dropped the cache');
+is(write_row($a + 2000), '', 'the token of the second hand edit is accepted');
+
 $node->append_conf('postgresql.conf', "dlock.fence_cache_size = 0\n");
 $node->restart;
-my $b = $a + 1000;
+my $b = $a + 2000;
 is(write_row($b), '', 'dlock.fence_cache_size = 0: the current token is accepted');
 sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
 );
