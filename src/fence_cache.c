@@ -17,8 +17,9 @@
  * CLUSTER of the table never reach an old entry), the whole lock name (at
  * most FENCE_NAME_BYTES bytes; longer names are never cached, and the
  * bytes are always compared, never only a hash), the global epoch it was
- * filled in, and the token.  Only found tokens are cached: a name without
- * a lease row is always read from the index.
+ * filled in, the token, and the TID of the root of the row's HOT chain.
+ * Only found tokens are cached: a name without a lease row is always read
+ * from the index.
  *
  * Each bucket has an open count (changes of any of its names that are in
  * progress), a version (bumped by every fill and invalidation; odd while
@@ -30,7 +31,9 @@
  *
  * Writers.  Every change of a lease's token or of its existence (the first
  * INSERT of a name, a takeover, a purge's DELETE: store_ops.c and
- * lease_table.c; design.md §12) calls DlockFenceCacheOpen (or
+ * lease_table.c; design.md §12), and every update of a lease row that is
+ * not HOT (which moves the row's HOT chain: lease_write), calls
+ * DlockFenceCacheOpen (or
  * DlockFenceCacheOpenAll) BEFORE it modifies the row, so before the change
  * can be seen by anyone, its own backend included.  That increments the
  * open count (an atomic read-modify-write: a full barrier) and remembers
@@ -105,6 +108,19 @@
  * argument needs of the read.  The reader's own uncommitted change is
  * open too (its own count), so it never hits across it.
  *
+ * The root TID is only a hint, for the 'live' fence (DlockLeaseFenceLock),
+ * which fetches the visible version of that HOT chain with a fresh
+ * snapshot and checks the lock name, and reads the index when that finds
+ * nothing; a SERIALIZABLE transaction always reads the index (SSI needs
+ * its predicate locks).  The hint must only never point past the table's
+ * end, and it does not: an entry's root was the root of the name's row
+ * when it was filled, that stays so until a non-HOT update or a delete of
+ * the row, which opens the bucket before and closes it (clearing the
+ * entry) at its transaction's end, before its locks are released; VACUUM
+ * truncates a table only under AccessExclusiveLock, and never truncates a
+ * page with a used line pointer (a HOT chain's root); and the 'live' fence
+ * holds RowShareLock on the table from before its cache lookup.
+ *
  * The key makes the rest safe.  A TRUNCATE of the lease table (the
  * isolation specs do that) gives it a new relfilenode; the reader takes
  * the relfilenode from the relation it has locked with AccessShareLock
@@ -153,14 +169,14 @@
 #define FENCE_WAYS			8
 
 /* The longest lock name an entry holds; longer names are never cached. */
-#define FENCE_NAME_BYTES	96
+#define FENCE_NAME_BYTES	88
 
 /* Buckets one transaction remembers before it opens the global count. */
 #define FENCE_MAX_PENDING	64
 
 /*
- * One cached lease: its exact key and its token (128 bytes; a name of up
- * to 32 bytes is in the entry's first cache line).
+ * One cached lease: its exact key, its token and where its row is (128
+ * bytes; a name of up to 26 bytes is in the entry's first cache line).
  */
 typedef struct FenceEntry
 {
@@ -170,8 +186,12 @@ typedef struct FenceEntry
 	uint16		namelen;
 	uint64		epoch;			/* the global epoch it was filled in */
 	int64		token;
+	ItemPointerData root;		/* the root of the row's HOT chain: a hint */
 	char		name[FENCE_NAME_BYTES];
 } FenceEntry;
+
+StaticAssertDecl(sizeof(FenceEntry) == 128,
+				 "a fence cache entry takes two cache lines");
 
 /*
  * A bucket's state, in its first cache line: the counters, and a tag per
@@ -296,13 +316,14 @@ fence_bucket_of(text *lock_name, uint32 *tag)
 /*
  * DlockFenceCacheGet looks the lease of lock_name in the lease table rel
  * (locked by the caller, at least AccessShareLock) up in the cache.  On a
- * hit it sets *token and returns true.  On a miss it returns false and
+ * hit it sets *token and *root (the hint of where the row is) and returns
+ * true.  On a miss it returns false and
  * fills in *ticket for DlockFenceCacheFill (ticket->bucket < 0: do not
  * fill); the caller then reads the index.  Takes no lock.
  */
 bool
 DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
-				   DlockFenceCacheTicket *ticket)
+				   ItemPointer root, DlockFenceCacheTicket *ticket)
 {
 	const char *name = VARDATA_ANY(lock_name);
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
@@ -314,6 +335,7 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 	uint64		epoch;
 	bool		found = false;
 	int64		tok = 0;
+	ItemPointerData tid;
 	uint32		tag;
 	int			i;
 
@@ -350,6 +372,7 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 			memcmp((const char *) e->name, name, namelen) == 0)
 		{
 			tok = e->token;
+			tid = *(ItemPointer) &e->root;
 			found = true;
 			break;
 		}
@@ -362,8 +385,9 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 		return false;			/* changed while read: neither */
 	if (found)
 	{
-		Assert(tok > 0);
+		Assert(tok > 0 && ItemPointerIsValid(&tid));
 		*token = tok;
+		*root = tid;
 		return true;
 	}
 	ticket->bucket = bno;
@@ -374,14 +398,15 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 }
 
 /*
- * DlockFenceCacheFill stores token as the lease of lock_name, read from the
- * index after the miss that filled in *ticket, unless a change of the
+ * DlockFenceCacheFill stores token as the lease of lock_name, and root as
+ * the root of its row's HOT chain, read from the index after the miss that
+ * filled in *ticket, unless a change of the
  * bucket (or a global one) was open or closed since the ticket was taken.
  * Takes the bucket's spinlock.
  */
 void
 DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
-					int64 token)
+					int64 token, ItemPointer root)
 {
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	FenceBucket *b;
@@ -392,6 +417,7 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 		return;
 	Assert(fence_shared != NULL && ticket->bucket < fence_shared->nbuckets);
 	Assert(namelen <= FENCE_NAME_BYTES && token > 0);
+	Assert(ItemPointerIsValid(root));
 	Assert((ticket->version & 1) == 0);
 	b = &fence_buckets[ticket->bucket];
 
@@ -428,6 +454,7 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 		e->namelen = (uint16) namelen;
 		e->epoch = ticket->epoch;
 		e->token = token;
+		*(ItemPointer) &e->root = *root;
 		memcpy((char *) e->name, VARDATA_ANY(lock_name), namelen);
 		((volatile uint32 *) b->st.s.tags)[way] = ticket->tag;
 	}

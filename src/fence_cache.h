@@ -2,8 +2,9 @@
  *
  * src/fence_cache.h
  *	  The fence cache (fence_cache.c): the current token of recently fenced
- *	  lock names in shared memory, for the 'latest' fence's read, and the
- *	  calls that every change of a lease's token or existence must make.
+ *	  lock names in shared memory, for the 'latest' fence's read (and where
+ *	  their rows are, a hint for the 'live' fence), and the calls that every
+ *	  change of a lease's token or existence must make.
  *
  * Concurrency: fence_cache.c's header gives the protocol (a bucket's open
  * count, version and spinlock, the global open count and epoch) and the
@@ -18,6 +19,7 @@
 
 #include "postgres.h"
 
+#include "storage/itemptr.h"
 #include "utils/relcache.h"
 
 /*
@@ -43,11 +45,12 @@ extern Size DlockFenceCacheShmemSize(void);
 extern void DlockFenceCacheShmemInit(void);
 extern void DlockFenceCacheInit(void);
 
-/* the 'latest' fence's read (lease_table.c) */
+/* the fence's read and lock (lease_table.c) */
 extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
-							   DlockFenceCacheTicket *ticket);
+							   ItemPointer root, DlockFenceCacheTicket *ticket);
 extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
-								text *lock_name, int64 token);
+								text *lock_name, int64 token,
+								ItemPointer root);
 
 /* writers: before a change of a name's token or existence can be seen */
 extern void DlockFenceCacheOpen(text *lock_name);

@@ -218,11 +218,12 @@ lease_pkey_open(const DlockLeaseTable *table, Relation rel, LOCKMODE lockmode)
 /*
  * lease_lookup looks lock_name up in the lease table rel through its
  * primary key idx with snapshot, stores the visible version (if any) in
- * slot and returns whether there was one.
+ * slot and returns whether there was one.  With root, also sets *root to
+ * the TID the index entry points at (the root of the version's HOT chain).
  */
 static bool
 lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
-			 TupleTableSlot *slot)
+			 TupleTableSlot *slot, ItemPointer root)
 {
 	IndexScanDesc scan;
 	ScanKeyData key;
@@ -233,6 +234,8 @@ lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 	scan = DlockIndexBeginScan(rel, idx, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found && root != NULL)
+		*root = scan->xs_heaptid;
 	index_endscan(scan);
 	return found;
 }
@@ -337,7 +340,7 @@ lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
 static bool
 lease_read(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
-	if (!lease_lookup(la->rel, la->idx, snapshot, lock_name, la->slot))
+	if (!lease_lookup(la->rel, la->idx, snapshot, lock_name, la->slot, NULL))
 		return false;
 	lease_row_from_slot(la, row);
 	return true;
@@ -418,17 +421,18 @@ lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 }
 
 /*
- * lease_write replaces the version at row->tid (the one in la->slot) with
- * row's fields (already changed by the caller), carrying over the lock
- * name and any column dlock does not know, waiting for a concurrent
- * transaction that holds a conflicting lock or changed it.  Returns TM_Ok
- * when it wrote, or TM_Updated / TM_Deleted when a concurrent transaction
- * committed a change first (nothing written: read the row again).  Adds
- * the index entries when the update is not HOT, and makes the change
+ * lease_write replaces the version at row->tid (the one in la->slot) of
+ * lock_name's row with row's fields (already changed by the caller),
+ * carrying over the lock name and any column dlock does not know, waiting
+ * for a concurrent transaction that holds a conflicting lock or changed
+ * it.  Returns TM_Ok when it wrote, or TM_Updated / TM_Deleted when a
+ * concurrent transaction committed a change first (nothing written: read
+ * the row again).  Adds the index entries when the update is not HOT (and
+ * then opens the name's bucket of the fence cache), and makes the change
  * visible to the rest of the transaction (CommandCounterIncrement).
  */
 static TM_Result
-lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
+lease_write(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
 	const DlockLeaseTable *t = la->table;
 	TupleTableSlot *newslot = la->newslot;
@@ -472,8 +476,16 @@ lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
 			elog(ERROR, "unexpected result %d updating a dlock lease row", (int) res);
 	}
 
+	/*
+	 * Not HOT: the row's HOT chain, whose root the fence cache may hold,
+	 * moves (fence_cache.c); open the name's bucket before the new version
+	 * can be seen (here: before the CommandCounterIncrement).
+	 */
 	if (DlockNeedsIndexInsert(update_indexes))
+	{
+		DlockFenceCacheOpen(lock_name);
 		lease_insert_index_entries(la, update_indexes);
+	}
 	CommandCounterIncrement();
 	return TM_Ok;
 }
@@ -567,7 +579,7 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		row.f.renewed_at = now;
 		row.f.expires_at = expires;
 		row.f.released = false;
-		if (lease_write(&la, snapshot, &row) != TM_Ok)
+		if (lease_write(&la, snapshot, lock_name, &row) != TM_Ok)
 			elog(ERROR, "dlock lease row changed while locked");
 		UnregisterSnapshot(snapshot);
 		result = DLOCK_TAKE_GRANTED;
@@ -629,7 +641,7 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 			row.f.released = true;
 			row.f.expires_at = c->now;
 		}
-		res = lease_write(&la, snapshot, &row);
+		res = lease_write(&la, snapshot, c->lock_name, &row);
 		UnregisterSnapshot(snapshot);
 		if (res == TM_Ok)
 		{
@@ -665,13 +677,14 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	Snapshot	snap;
 	TupleTableSlot *slot;
 	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, AccessShareLock);
 	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	if (DlockFenceCacheGet(rel, lock_name, &lease->token, &ticket))
+	if (DlockFenceCacheGet(rel, lock_name, &lease->token, &root, &ticket))
 	{
 		lease->found = true;
 		table_close(rel, NoLock);
@@ -683,7 +696,7 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 
-	lease->found = lease_lookup(rel, idx, snap, lock_name, slot);
+	lease->found = lease_lookup(rel, idx, snap, lock_name, slot, &root);
 	if (lease->found)
 	{
 		lease->token = DatumGetInt64(lease_field(slot, table->att_token));
@@ -696,7 +709,7 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	index_close(idx, NoLock);
 	table_close(rel, NoLock);
 	if (lease->found)
-		DlockFenceCacheFill(&ticket, lock_name, lease->token);
+		DlockFenceCacheFill(&ticket, lock_name, lease->token, &root);
 }
 
 /*
@@ -716,44 +729,95 @@ lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
 }
 
 /*
+ * lease_fetch_hint fetches, with snapshot, the visible version of the HOT
+ * chain whose root is at *root into slot, and returns whether there was one
+ * and it is lock_name's row: what lease_lookup would find, without the
+ * B-tree descent.  The fence cache's root (fence_cache.c) is a hint, and
+ * this checks it; it always points into the table (a page holding a live
+ * row's root is never truncated, and a non-HOT update or a delete of the
+ * row opens the name's bucket until its transaction has ended).
+ */
+static bool
+lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
+				 Snapshot snapshot, ItemPointer root, text *lock_name,
+				 TupleTableSlot *slot)
+{
+	IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+	ItemPointerData tid = *root;
+	bool		call_again = false;
+	bool		all_dead = false;
+	bool		found;
+
+	found = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again,
+									&all_dead);
+	table_index_fetch_end(fetch);
+	return found && lease_slot_has_name(table, slot, lock_name);
+}
+
+/*
  * DlockLeaseFenceLock reads the lease of lock_name into *lease for the
  * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
- * as SELECT ... FOR KEY SHARE would, without SPI: a lookup through the
- * primary key with a fresh snapshot, then table_tuple_lock on the version
- * found, waiting for a transaction that holds a conflicting lock (a
- * takeover's FOR UPDATE) or changed the row.  READ COMMITTED rules, also
- * under REPEATABLE READ: when the row was changed concurrently, the lock
- * follows it to its newest version (TUPLE_LOCK_FLAG_FIND_LAST_VERSION),
- * which is then the lease read (a deleted row: no lease).  A SERIALIZABLE
+ * as SELECT ... FOR KEY SHARE would, without SPI: the version visible to a
+ * fresh snapshot, found through the root of its HOT chain that the fence
+ * cache keeps (checked: lease_fetch_hint) or else through the primary key
+ * (then offered to the cache), then table_tuple_lock on that version,
+ * waiting for a transaction that holds a conflicting lock (a takeover's
+ * FOR UPDATE) or changed the row.  READ COMMITTED rules, also under
+ * REPEATABLE READ: when the row was changed concurrently, the lock follows
+ * it to its newest version (TUPLE_LOCK_FLAG_FIND_LAST_VERSION), which is
+ * then the lease read (a deleted row: no lease).  A SERIALIZABLE
  * transaction keeps its rules, as the SQL statement did: a concurrent
- * update or delete raises 40001 (the messages and codes of ExecLockRows).
- * Takes RowShareLock on the table and AccessShareLock on its index, kept
- * until the transaction ends.  Runs as the caller (locking a row directly
- * checks no privilege); the lookup evaluates no user-defined function.
+ * update or delete raises 40001 (the messages and codes of ExecLockRows);
+ * it always goes through the index, whose predicate locks SSI needs.
+ * Takes RowShareLock on the table (before the cache lookup: it keeps VACUUM
+ * from truncating the table under the hint) and AccessShareLock on its
+ * index, kept until the transaction ends.  Runs as the caller (locking a
+ * row directly checks no privilege); the lookup evaluates no user-defined
+ * function.
  */
 void
 DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 					DlockFenceLease *lease)
 {
 	Relation	rel;
-	Relation	idx;
+	Relation	idx = NULL;
 	Snapshot	snap;
 	TupleTableSlot *slot;
 	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		token;
+	bool		hinted;
+	bool		seen;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, RowShareLock);
-	idx = lease_pkey_open(table, rel, AccessShareLock);
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
 	if (!IsolationIsSerializable())
 		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+	hinted = !IsolationIsSerializable() &&
+		DlockFenceCacheGet(rel, lock_name, &token, &root, &ticket);
+	if (IsolationIsSerializable())
+		ticket.bucket = -1;
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
 
 	lease->found = false;
 	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	if (lease_lookup(rel, idx, snap, lock_name, slot))
+	seen = hinted &&
+		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
+	if (!seen)
+	{
+		idx = lease_pkey_open(table, rel, AccessShareLock);
+		seen = lease_lookup(rel, idx, snap, lock_name, slot, &root);
+		if (seen && !hinted)
+			DlockFenceCacheFill(&ticket, lock_name,
+								DatumGetInt64(lease_field(slot, table->att_token)),
+								&root);
+	}
+	if (seen)
 	{
 		ItemPointerData tid = slot->tts_tid;
 		TM_FailureData tmfd;
@@ -794,6 +858,7 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
-	index_close(idx, NoLock);
+	if (idx != NULL)
+		index_close(idx, NoLock);
 	table_close(rel, NoLock);
 }
