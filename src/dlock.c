@@ -82,7 +82,7 @@ _PG_init(void)
 	DefineCustomBoolVariable("dlock.fence_cache",
 							 "Whether this session's fence checks use the fence cache.",
 							 "Off: the fence reads the lease table's index, and every transaction "
-							 "of the session that writes drops the whole cache when it ends.  A "
+							 "of the session that writes drops the whole cache when it commits.  A "
 							 "superuser who writes dlock_lease by hand must do it with this off.",
 							 &dlock_fence_cache,
 							 true,

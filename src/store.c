@@ -14,10 +14,11 @@
  * 'latest' fence is mostly answered by the fence cache in shared memory
  * (fence_cache.c, with preload).  The rest (creating a name's first row,
  * purge) are SQL statements prepared once per backend through SPI, kept
- * with SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both follow
- * READ COMMITTED rules, so a call sees and changes the leases as they are
- * now even inside a REPEATABLE READ transaction (in a SERIALIZABLE one, a
- * statement that meets a concurrent change raises 40001: DlockStoreExec).
+ * with SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both
+ * follow READ COMMITTED rules, so a call sees and changes the leases as
+ * they are now even inside a REPEATABLE READ transaction (in a
+ * SERIALIZABLE one, a statement or a 'live' fence that meets a concurrent
+ * change raises 40001: DlockStoreExec, DlockLeaseFenceLock).
  * All of it runs as the owner of the lease table (the extension's owner)
  * under SECURITY_LOCAL_USERID_CHANGE: the table and the sequences stay
  * private, and callers reach them only through these functions.  All SQL
