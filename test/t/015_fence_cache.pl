@@ -19,6 +19,11 @@
 # turned off by dlock.fence_cache_size = 0 (after a restart) the hand edit
 # is seen at once.
 #
+# Part 3, the 'live' fence's hint (run before part 2): an index on
+# expires_at makes renewals move the row (not HOT); live writes between
+# them, after a purge and a VACUUM that truncates the table's end, all find
+# the row; after a break they are rejected.
+#
 # Part 2, takeovers and fenced writes, concurrently.  Eight pgbench clients
 # acquire one of four names with a short ttl, pause (often past it, so that
 # another client takes the lease over and the cache entry is invalidated
@@ -57,6 +62,15 @@ sub write_row
 	my ($rc, $out, $err) = $node->psql('postgres',
 		"$set\\set VERBOSITY verbose\nUPDATE acct SET val = val + 1, fence_token = $token WHERE id = 1;"
 	);
+	return '' if $rc == 0;
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : $err;
+}
+
+# write_sqlstate(sql): '' when sql succeeds, else its SQLSTATE.
+sub write_sqlstate
+{
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$_[0];");
 	return '' if $rc == 0;
 	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : $err;
 }
@@ -104,6 +118,40 @@ sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
 is(write_row($b), '55T01', 'without the cache, a hand edit is seen at once');
 $node->append_conf('postgresql.conf', "dlock.fence_cache_size = 1024\n");
 $node->restart;
+
+# Part 3 (before part 2, on the cache of 1024 names): the 'live' fence
+# finds the row through the cache's hint of where it is.  An index a DBA
+# added on expires_at makes every renewal a non-HOT update, which moves the
+# row and must drop the hint (the bucket is opened); VACUUM then removes
+# the old versions and truncates the emptied end of the table, which a
+# stale hint would point into.
+sql(q{
+CREATE TABLE acct3 (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct3 FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('hint:{id}', 'fence_token', 'live');
+CREATE INDEX dlock_lease_expires ON dlock_lease (expires_at);
+});
+my $h = sql(q{SELECT dlock_acquire('hint:1', '1 hour')});
+sql(qq{INSERT INTO acct3 VALUES (1, 0, $h)});
+sql(q{SELECT dlock_acquire('filler:' || i, '1 hour') FROM generate_series(1, 2000) i});
+my $live_write = qq{UPDATE acct3 SET val = val + 1, fence_token = $h WHERE id = 1};
+sql($live_write);
+for my $i (1 .. 3)
+{
+	is(sql(qq{SELECT dlock_renew('hint:1', $h, '2 hours')}),
+		't', "renewal $i (not HOT: the row moves)");
+	sql($live_write);
+}
+sql(q{SELECT dlock_break('filler:' || i) FROM generate_series(1, 2000) i});
+is(sql(q{SELECT dlock_purge('0 s')}), '2000', 'the filler rows are purged');
+sql(q{VACUUM dlock_lease});
+is(sql(qq{SELECT dlock_renew('hint:1', $h, '3 hours')}), 't', 'renewed after the VACUUM');
+sql($live_write);
+sql($live_write);
+is(sql(q{SELECT val FROM acct3 WHERE id = 1}), '6', 'every live write found the row');
+sql(q{SELECT dlock_break('hint:1')});
+is(write_sqlstate($live_write), '55T01', 'a live write after a break is rejected');
+sql(q{DROP INDEX dlock_lease_expires});
 
 # Part 2.
 my $clients = 8;
