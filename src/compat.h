@@ -139,6 +139,23 @@ typedef bool DlockUpdateIndexes;
 #endif
 
 /*
+ * The relfilenode of a relation (the fence cache's key), and whether the
+ * current transaction created it (TRUNCATE, or a new relation): RelFileNode
+ * became RelFileLocator in PostgreSQL 16.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DlockRelFileNumber(rel)		((Oid) (rel)->rd_locator.relNumber)
+#define DlockRelFileNumberIsNew(rel) \
+	((rel)->rd_createSubid != InvalidSubTransactionId || \
+	 (rel)->rd_newRelfilelocatorSubid != InvalidSubTransactionId)
+#else
+#define DlockRelFileNumber(rel)		((Oid) (rel)->rd_node.relNode)
+#define DlockRelFileNumberIsNew(rel) \
+	((rel)->rd_createSubid != InvalidSubTransactionId || \
+	 (rel)->rd_newRelfilenodeSubid != InvalidSubTransactionId)
+#endif
+
+/*
  * DlockRestrictSearchPath pins search_path to "pg_catalog, pg_temp" at the
  * current GUC nest level (call NewGUCNestLevel first; AtEOXact_GUC undoes
  * it), as PostgreSQL does around index functions it runs for maintenance:

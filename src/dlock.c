@@ -4,7 +4,8 @@
  *	  Module entry: PG_MODULE_MAGIC, _PG_init and the dlock.* settings.
  *
  * _PG_init only defines settings and delegates; lease logic lives in
- * lease.c, table access in store.c, shared memory in shmem.c.
+ * lease.c, table access in store.c, shared memory in shmem.c, the fence
+ * cache in fence_cache.c.
  *
  * Concurrency: _PG_init runs once per backend (or in the postmaster when
  * preloaded) before any SQL can reach the module; it takes no locks.
@@ -22,18 +23,26 @@
 
 #include "compat.h"
 #include "dlock.h"
+#include "fence_cache.h"
 
 PG_MODULE_MAGIC;
 
 /* dlock.max_ttl: the longest ttl an acquire or renew may ask for */
 int			dlock_max_ttl = 86400;
 
+/* dlock.fence_cache_size: names the fence cache holds (fence_cache.c) */
+int			dlock_fence_cache_size = 65536;
+
+/* dlock.fence_cache: whether this session's fence uses the cache */
+bool		dlock_fence_cache = true;
+
 void		_PG_init(void);
 
 /*
  * _PG_init defines the dlock.* settings and reserves the prefix, so that a
  * misspelt dlock.* setting is reported instead of silently ignored, and,
- * when preloaded, asks for the shared memory of event-driven waiting.
+ * when preloaded, asks for the shared memory of event-driven waiting and
+ * of the fence cache.
  */
 void
 _PG_init(void)
@@ -51,8 +60,39 @@ _PG_init(void)
 							GUC_UNIT_S,
 							NULL, NULL, NULL);
 
+	/*
+	 * The cache's size is fixed at server start, so it is a setting only
+	 * when preloaded: a PGC_POSTMASTER setting cannot be defined by a
+	 * library loaded later (and without preload there is no cache).
+	 */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dlock.fence_cache_size",
+								"Lock names whose current token the fence cache keeps in shared memory.",
+								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
+								"from this cache instead of the lease table's index.  Each name takes "
+								"136 bytes; 0 turns the cache off.",
+								&dlock_fence_cache_size,
+								65536,
+								0,
+								16777216,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("dlock.fence_cache",
+							 "Whether this session's fence checks use the fence cache.",
+							 "Off: the fence reads the lease table's index, and every transaction "
+							 "of the session that writes drops the whole cache when it commits.  A "
+							 "superuser who writes dlock_lease by hand must do it with this off.",
+							 &dlock_fence_cache,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("dlock");
 
 	DlockCheckedInit();
 	DlockShmemInstallHooks();
+	DlockFenceCacheInit();
 }

@@ -11,10 +11,12 @@
  * init; store_int.h is what it shares with store.c), lease_table.c
  * (direct access to the lease table, declared in lease_table.h), token.c (token jumps and
  * durability: the sequence moves ahead across crash,
- * failover and restore), fence.c (the dlock_fence trigger), wait.c
- * (waiting for a lease: queues, wake-ups, polling), shmem.c (shared memory
- * for waiting and token boot jumps), mark.c (the marks of fencing mode
- * 'seen'), checked.c (what the transaction has checked with dlock_check).
+ * failover and restore), fence.c (the fence: the dlock_fence trigger and
+ * dlock_check), fence_cache.c (the current tokens of fenced names in shared
+ * memory, declared in fence_cache.h), wait.c (waiting for a lease: queues,
+ * wake-ups, polling), shmem.c (shared memory for waiting, token boot jumps
+ * and the fence cache), mark.c (the marks of fencing mode 'seen'),
+ * checked.c (what the transaction has checked with dlock_check).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -92,6 +94,9 @@ typedef struct DlockFenceLease
 {
 	bool		found;			/* false: the name has no row */
 	int64		token;
+	bool		state_read;		/* false: released and expires_at unknown
+								 * (a 'latest' read the fence cache
+								 * answered, fence_cache.c) */
 	bool		released;
 	TimestampTz expires_at;
 } DlockFenceLease;

@@ -50,7 +50,10 @@
  * lease holds the name, and it comes from one increasing sequence.  The
  * lease row is read with a fresh snapshot (store.c), so the check sees
  * every lease change committed before it starts, also in a REPEATABLE
- * READ transaction whose own snapshot is older.
+ * READ transaction whose own snapshot is older.  With dlock preloaded, the
+ * 'latest' read is usually answered by the fence cache (fence_cache.c),
+ * which gives exactly what that read would give when the check starts; its
+ * header has the argument.
  *
  * 'latest' mode, UPDATE and DELETE.  PostgreSQL locks the old row before
  * it fires a BEFORE ROW UPDATE or DELETE trigger (GetTupleForTrigger),

@@ -4,8 +4,9 @@
  *	  Direct access to the lease table (dlock_lease): its one description
  *	  (the columns, found by name), the lookup through its primary key, and
  *	  the hot paths that read and change a lease row without SQL: taking
- *	  over an ended lease, renew, release and break, and the 'latest'
- *	  fence's read.  store.c owns the rest (its cache, the switch to the
+ *	  over an ended lease, renew, release and break, the 'latest' fence's
+ *	  read (through the fence cache when it can) and the 'live' fence's
+ *	  lock.  store.c owns the rest (its cache, the switch to the
  *	  table's owner, the SQL statements).
  *
  * Direct access: the hot paths read the row through the primary key index
@@ -27,7 +28,7 @@
  * version adds are allowed; an update copies them from the version it
  * replaces.  New versions are built from named fields (DlockLeaseFields).
  *
- * Everything here but the 'latest' fence's read runs as the lease table's
+ * Everything here but the fence's read and lock runs as the lease table's
  * owner (store.c's store_begin switches to it with
  * SECURITY_LOCAL_USERID_CHANGE).  Index entries of an
  * update that is not HOT may evaluate functions of an expression or
@@ -40,8 +41,9 @@
  * store.c's header gives in full):
  *
  * - Every operation opens the table and its primary key with
- *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock), kept
- *   until the transaction ends, as a statement's would be.
+ *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock; the
+ *   'live' fence's lock: RowShareLock on the table, AccessShareLock on the
+ *   index), kept until the transaction ends, as a statement's would be.
  *
  * - Acquire never waits for another transaction.  A row that is locked by
  *   an open transaction (an uncommitted acquire, renew, release or break,
@@ -71,8 +73,15 @@
  *   store.c and store_ops.c, only when it inserted the row.)
  *
  * - The 'latest' fence reads the lease of a name with a fresh snapshot and
- *   no row lock.  (The 'live' fence's FOR KEY SHARE is an SQL statement in
- *   store.c.)
+ *   no row lock, or takes its token from the fence cache (fence_cache.c).
+ *   A takeover opens the name's bucket of the cache before it writes the
+ *   new token (DlockFenceCacheOpen), so the cache cannot answer for the
+ *   name until the takeover's transaction has ended.
+ *
+ * - The 'live' fence locks the row it finds FOR KEY SHARE, waiting, and
+ *   follows a concurrently changed row to its newest version as READ
+ *   COMMITTED does (a SERIALIZABLE transaction gets 40001 instead), as the
+ *   SQL statement SELECT ... FOR KEY SHARE did before (DlockLeaseFenceLock).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -101,6 +110,7 @@
 
 #include "compat.h"
 #include "dlock.h"
+#include "fence_cache.h"
 #include "lease_table.h"
 
 /* Whether the current code runs as the lease table's owner (store_begin). */
@@ -208,11 +218,12 @@ lease_pkey_open(const DlockLeaseTable *table, Relation rel, LOCKMODE lockmode)
 /*
  * lease_lookup looks lock_name up in the lease table rel through its
  * primary key idx with snapshot, stores the visible version (if any) in
- * slot and returns whether there was one.
+ * slot and returns whether there was one.  With root, also sets *root to
+ * the TID the index entry points at (the root of the version's HOT chain).
  */
 static bool
 lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
-			 TupleTableSlot *slot)
+			 TupleTableSlot *slot, ItemPointer root)
 {
 	IndexScanDesc scan;
 	ScanKeyData key;
@@ -223,6 +234,8 @@ lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 	scan = DlockIndexBeginScan(rel, idx, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	if (found && root != NULL)
+		*root = scan->xs_heaptid;
 	index_endscan(scan);
 	return found;
 }
@@ -327,7 +340,7 @@ lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
 static bool
 lease_read(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
-	if (!lease_lookup(la->rel, la->idx, snapshot, lock_name, la->slot))
+	if (!lease_lookup(la->rel, la->idx, snapshot, lock_name, la->slot, NULL))
 		return false;
 	lease_row_from_slot(la, row);
 	return true;
@@ -408,17 +421,18 @@ lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 }
 
 /*
- * lease_write replaces the version at row->tid (the one in la->slot) with
- * row's fields (already changed by the caller), carrying over the lock
- * name and any column dlock does not know, waiting for a concurrent
- * transaction that holds a conflicting lock or changed it.  Returns TM_Ok
- * when it wrote, or TM_Updated / TM_Deleted when a concurrent transaction
- * committed a change first (nothing written: read the row again).  Adds
- * the index entries when the update is not HOT, and makes the change
+ * lease_write replaces the version at row->tid (the one in la->slot) of
+ * lock_name's row with row's fields (already changed by the caller),
+ * carrying over the lock name and any column dlock does not know, waiting
+ * for a concurrent transaction that holds a conflicting lock or changed
+ * it.  Returns TM_Ok when it wrote, or TM_Updated / TM_Deleted when a
+ * concurrent transaction committed a change first (nothing written: read
+ * the row again).  Adds the index entries when the update is not HOT (and
+ * then opens the name's bucket of the fence cache), and makes the change
  * visible to the rest of the transaction (CommandCounterIncrement).
  */
 static TM_Result
-lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
+lease_write(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
 	const DlockLeaseTable *t = la->table;
 	TupleTableSlot *newslot = la->newslot;
@@ -462,8 +476,16 @@ lease_write(LeaseAccess *la, Snapshot snapshot, LeaseRow *row)
 			elog(ERROR, "unexpected result %d updating a dlock lease row", (int) res);
 	}
 
+	/*
+	 * Not HOT: the row's HOT chain, whose root the fence cache may hold,
+	 * moves (fence_cache.c); open the name's bucket before the new version
+	 * can be seen (here: before the CommandCounterIncrement).
+	 */
 	if (DlockNeedsIndexInsert(update_indexes))
+	{
+		DlockFenceCacheOpen(lock_name);
 		lease_insert_index_entries(la, update_indexes);
+	}
 	CommandCounterIncrement();
 	return TM_Ok;
 }
@@ -547,6 +569,9 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 			*token = nextval_internal(seqrelid, true);
 		}
 		Assert(*token > row.f.token);
+
+		/* the token changes: the fence cache must not answer meanwhile */
+		DlockFenceCacheOpen(lock_name);
 		row.f.token = *token;
 		row.f.owner = owner;
 		row.f.holder_role = holder;
@@ -554,7 +579,7 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		row.f.renewed_at = now;
 		row.f.expires_at = expires;
 		row.f.released = false;
-		if (lease_write(&la, snapshot, &row) != TM_Ok)
+		if (lease_write(&la, snapshot, lock_name, &row) != TM_Ok)
 			elog(ERROR, "dlock lease row changed while locked");
 		UnregisterSnapshot(snapshot);
 		result = DLOCK_TAKE_GRANTED;
@@ -616,7 +641,7 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 			row.f.released = true;
 			row.f.expires_at = c->now;
 		}
-		res = lease_write(&la, snapshot, &row);
+		res = lease_write(&la, snapshot, c->lock_name, &row);
 		UnregisterSnapshot(snapshot);
 		if (res == TM_Ok)
 		{
@@ -631,13 +656,17 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 }
 
 /*
- * DlockLeaseFenceRead reads the lease of lock_name into *lease straight
- * from the primary key index and the heap, with a fresh snapshot and no
- * row lock: the 'latest' fence's hot path, without SPI's per-statement
- * executor setup.  The same MVCC read as lease_read.  Takes
- * AccessShareLock on the table and the index, kept until the transaction
- * ends.  Runs as the caller (opening a relation checks no privilege); the
- * lookup evaluates no user-defined function.
+ * DlockLeaseFenceRead reads the lease of lock_name into *lease for the
+ * 'latest' fence: from the fence cache when it knows the name
+ * (fence_cache.c; then only found and token are set, and state_read is
+ * false), otherwise straight from the primary key index and the heap, with
+ * a fresh snapshot and no row lock, without SPI's per-statement executor
+ * setup, and then offers the token to the cache.  The same MVCC read as
+ * lease_read.  Takes AccessShareLock on the table (and on the index when
+ * it reads it), kept until the transaction ends; the table's lock is what
+ * makes its relfilenode, part of the cache's key, current.  Runs as the
+ * caller (opening a relation checks no privilege); the lookup evaluates no
+ * user-defined function.
  */
 void
 DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
@@ -647,22 +676,189 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	Relation	idx;
 	Snapshot	snap;
 	TupleTableSlot *slot;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, AccessShareLock);
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	if (DlockFenceCacheGet(rel, lock_name, &lease->token, &root, &ticket))
+	{
+		lease->found = true;
+		table_close(rel, NoLock);
+		return;
+	}
+
 	idx = lease_pkey_open(table, rel, AccessShareLock);
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 
-	lease->found = lease_lookup(rel, idx, snap, lock_name, slot);
+	lease->found = lease_lookup(rel, idx, snap, lock_name, slot, &root);
 	if (lease->found)
 	{
 		lease->token = DatumGetInt64(lease_field(slot, table->att_token));
 		lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
 		lease->released = DatumGetBool(lease_field(slot, table->att_released));
+		lease->state_read = true;
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	if (lease->found)
+		DlockFenceCacheFill(&ticket, lock_name, lease->token, &root);
+}
+
+/*
+ * lease_slot_has_name reports whether the version in slot is the row of
+ * lock_name (the recheck an executor does on a row version it followed an
+ * update to; dlock never changes a row's lock_name).
+ */
+static bool
+lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
+					text *lock_name)
+{
+	text	   *name = DatumGetTextPP(lease_field(slot, table->att_lock_name));
+
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
+ * lease_fetch_hint fetches, with snapshot, the visible version of the HOT
+ * chain whose root is at *root into slot, and returns whether there was one
+ * and it is lock_name's row: what lease_lookup would find, without the
+ * B-tree descent.  The fence cache's root (fence_cache.c) is a hint, and
+ * this checks it; it always points into the table (a page holding a live
+ * row's root is never truncated, and a non-HOT update or a delete of the
+ * row opens the name's bucket until its transaction has ended).
+ */
+static bool
+lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
+				 Snapshot snapshot, ItemPointer root, text *lock_name,
+				 TupleTableSlot *slot)
+{
+	IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+	ItemPointerData tid = *root;
+	bool		call_again = false;
+	bool		all_dead = false;
+	bool		found;
+
+	found = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again,
+									&all_dead);
+	table_index_fetch_end(fetch);
+	return found && lease_slot_has_name(table, slot, lock_name);
+}
+
+/*
+ * DlockLeaseFenceLock reads the lease of lock_name into *lease for the
+ * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
+ * as SELECT ... FOR KEY SHARE would, without SPI: the version visible to a
+ * fresh snapshot, found through the root of its HOT chain that the fence
+ * cache keeps (checked: lease_fetch_hint) or else through the primary key
+ * (then offered to the cache), then table_tuple_lock on that version,
+ * waiting for a transaction that holds a conflicting lock (a takeover's
+ * FOR UPDATE) or changed the row.  READ COMMITTED rules, also under
+ * REPEATABLE READ: when the row was changed concurrently, the lock follows
+ * it to its newest version (TUPLE_LOCK_FLAG_FIND_LAST_VERSION), which is
+ * then the lease read (a deleted row: no lease).  A SERIALIZABLE
+ * transaction keeps its rules, as the SQL statement did: a concurrent
+ * update or delete raises 40001 (the messages and codes of ExecLockRows);
+ * it always goes through the index, whose predicate locks SSI needs.
+ * Takes RowShareLock on the table (before the cache lookup: it keeps VACUUM
+ * from truncating the table under the hint) and AccessShareLock on its
+ * index, kept until the transaction ends.  Runs as the caller (locking a
+ * row directly checks no privilege); the lookup evaluates no user-defined
+ * function.
+ */
+void
+DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
+					DlockFenceLease *lease)
+{
+	Relation	rel;
+	Relation	idx = NULL;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		token;
+	bool		hinted;
+	bool		seen;
+
+	Assert(OidIsValid(table->relid) && table->att_token > 0);
+	rel = table_open(table->relid, RowShareLock);
+	if (!IsolationIsSerializable())
+		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+	hinted = !IsolationIsSerializable() &&
+		DlockFenceCacheGet(rel, lock_name, &token, &root, &ticket);
+	if (IsolationIsSerializable())
+		ticket.bucket = -1;
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	lease->found = false;
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	seen = hinted &&
+		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
+	if (!seen)
+	{
+		idx = lease_pkey_open(table, rel, AccessShareLock);
+		seen = lease_lookup(rel, idx, snap, lock_name, slot, &root);
+		if (seen && !hinted)
+			DlockFenceCacheFill(&ticket, lock_name,
+								DatumGetInt64(lease_field(slot, table->att_token)),
+								&root);
+	}
+	if (seen)
+	{
+		ItemPointerData tid = slot->tts_tid;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		res = table_tuple_lock(rel, &tid, snap, slot,
+							   GetCurrentCommandId(true), LockTupleKeyShare,
+							   LockWaitBlock, lockflags, &tmfd);
+		switch (res)
+		{
+			case TM_Ok:
+				/* locked; the newest version when it followed an update */
+				lease->found = !tmfd.traversed ||
+					lease_slot_has_name(table, slot, lock_name);
+				break;
+			case TM_SelfModified:
+				/* changed by a later command of this transaction: skipped */
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				if (IsolationIsSerializable())
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not serialize access due to concurrent update")));
+				if (res == TM_Updated)
+					elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+				break;			/* deleted (purged) meanwhile: no lease */
+			default:
+				elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+		}
+		if (lease->found)
+		{
+			lease->token = DatumGetInt64(lease_field(slot, table->att_token));
+			lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
+			lease->released = DatumGetBool(lease_field(slot, table->att_released));
+			lease->state_read = true;
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	if (idx != NULL)
+		index_close(idx, NoLock);
 	table_close(rel, NoLock);
 }

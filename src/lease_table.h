@@ -6,8 +6,9 @@
  *
  * Concurrency: lease_table.c's header gives the locking protocol of each
  * function; every one of them runs as the lease table's owner, between
- * store.c's store_begin and store_end (or, for DlockLeaseFenceRead, after
- * store.c made its cache current).
+ * store.c's store_begin and store_end (or, for DlockLeaseFenceRead and
+ * DlockLeaseFenceLock, which run as the caller, after store.c made its
+ * cache current).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -102,6 +103,8 @@ extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 extern bool DlockLeaseChange(const DlockLeaseTable *table,
 							 DlockLeaseChangeOp *c);
 extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
+								text *lock_name, DlockFenceLease *lease);
+extern void DlockLeaseFenceLock(const DlockLeaseTable *table,
 								text *lock_name, DlockFenceLease *lease);
 extern void DlockRestrictedBegin(DlockRestricted *saved);
 extern void DlockRestrictedEnd(DlockRestricted *saved);

@@ -16,6 +16,10 @@
  * start has done; shared memory is rebuilt at every start, crash restarts
  * included, which is the point.
  *
+ * The fence cache (fence_cache.c) has a shared memory struct of its own,
+ * sized by dlock.fence_cache_size; shmem_request asks for it and
+ * shmem_startup attaches to it.  Its protocol is in fence_cache.c's header.
+ *
  * Without preload, DlockShared stays NULL and wait.c polls instead (and
  * token.c flushes WAL per grant).
  *
@@ -42,6 +46,7 @@
 
 #include "compat.h"
 #include "dlock.h"
+#include "fence_cache.h"
 
 DlockShared *DlockShmem = NULL;
 
@@ -77,6 +82,7 @@ shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(shmem_size());
+	RequestAddinShmemSpace(DlockFenceCacheShmemSize());
 	RequestNamedLWLockTranche("dlock", 1);
 }
 
@@ -106,6 +112,7 @@ shmem_startup(void)
 			pg_atomic_init_u32(&DlockShmem->bucket_waiters[i], 0);
 		memset(DlockShmem->slots, 0, sizeof(DlockWaiter) * DlockShmem->nslots);
 	}
+	DlockFenceCacheShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

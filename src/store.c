@@ -10,13 +10,15 @@
  *	  token.c the token jumps.
  *
  * The hot paths (taking over an ended lease, renew, release, break, and the
- * 'latest' fence's read) access the table directly (lease_table.c).  The
- * rest (creating a name's first row, the 'live' fence's lock, purge) are
- * SQL statements prepared once per backend through SPI, kept with
- * SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both follow
- * READ COMMITTED rules, so a call sees and changes the leases as they are
- * now even inside a REPEATABLE READ transaction (in a SERIALIZABLE one, a
- * statement that meets a concurrent change raises 40001: DlockStoreExec).
+ * fence's read and lock) access the table directly (lease_table.c); the
+ * 'latest' fence is mostly answered by the fence cache in shared memory
+ * (fence_cache.c, with preload).  The rest (creating a name's first row,
+ * purge) are SQL statements prepared once per backend through SPI, kept
+ * with SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both
+ * follow READ COMMITTED rules, so a call sees and changes the leases as
+ * they are now even inside a REPEATABLE READ transaction (in a
+ * SERIALIZABLE one, a statement or a 'live' fence that meets a concurrent
+ * change raises 40001: DlockStoreExec, DlockLeaseFenceLock).
  * All of it runs as the owner of the lease table (the extension's owner)
  * under SECURITY_LOCAL_USERID_CHANGE: the table and the sequences stay
  * private, and callers reach them only through these functions.  All SQL
@@ -53,12 +55,19 @@
  *   then the index insertion.  Nobody waits on the name lock, so it cannot
  *   take part in a deadlock.
  *
- * - The 'live' fence locks the lease row FOR KEY SHARE (STMT_FENCE_LIVE),
- *   waiting for an uncommitted acquire, takeover or break of that row (the
- *   FOR UPDATE of a takeover conflicts) and then reading the newest
- *   version.  The lock is held until the writer's transaction ends, so no
- *   acquirer can take the lease over before then; renew and release still
- *   can run.  fence.c's header gives the ordering argument.
+ * - The 'live' fence locks the lease row FOR KEY SHARE
+ *   (DlockLeaseFenceLock), waiting for an uncommitted acquire, takeover or
+ *   break of that row (the FOR UPDATE of a takeover conflicts) and then
+ *   reading the newest version.  The lock is held until the writer's
+ *   transaction ends, so no acquirer can take the lease over before then;
+ *   renew and release still can run.  fence.c's header gives the ordering
+ *   argument.
+ *
+ * - Every change of a lease's token or existence (the first INSERT of a
+ *   name, a takeover, a purge) opens the name's bucket of the fence cache
+ *   before it modifies the row, and the bucket stays open until the
+ *   transaction has ended (fence_cache.c's header: why the 'latest' fence
+ *   then never reads a stale token from it).
  *
  * - Tokens come from nextval() on the sequence, taken when a lease is
  *   granted (and by an INSERT that then meets a concurrent row), so they
@@ -120,13 +129,6 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" ON CONFLICT (lock_name) DO NOTHING"
 		" RETURNING l.token",
 		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}, false
-	},
-	/* STMT_FENCE_LIVE */
-	{
-		"SELECT l.token, l.released, l.expires_at FROM %1$s.dlock_lease l"
-		" WHERE l.lock_name OPERATOR(pg_catalog.=) $1"
-		" FOR KEY SHARE",
-		1, {TEXTOID}, false
 	},
 
 	/*
@@ -653,43 +655,29 @@ DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 /*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
- * lock_row it also locks the row FOR KEY SHARE until the transaction ends,
- * waiting for a concurrent transaction that holds a conflicting lock on it
- * (through SPI, whose executor follows the row to its newest version);
- * without, it reads the row directly (DlockLeaseFenceRead).
+ * lock_row (the 'live' fence) it also locks the row FOR KEY SHARE until the
+ * transaction ends, waiting for a concurrent transaction that holds a
+ * conflicting lock on it and following the row to its newest version
+ * (DlockLeaseFenceLock); without, it reads the row without a lock, from
+ * the fence cache when it can (DlockLeaseFenceRead; then only found and
+ * token are set).  Both run as the caller, without SPI once the cache is
+ * current.
  */
 void
 DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 					  DlockFenceLease *lease)
 {
-	DlockStoreSession session;
-	Datum		values[1];
-
-	if (!lock_row)
+	if (!store_cache_current(fn_oid))
 	{
-		if (!store_cache_current(fn_oid))
-		{
-			/* (re)building the cache prepares the statements: needs SPI */
-			if (SPI_connect() != SPI_OK_CONNECT)
-				elog(ERROR, "SPI_connect failed");
-			store_prepare_cache(fn_oid);
-			if (SPI_finish() != SPI_OK_FINISH)
-				elog(ERROR, "SPI_finish failed");
-		}
+		/* (re)building the cache prepares the statements: needs SPI */
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "SPI_connect failed");
+		store_prepare_cache(fn_oid);
+		if (SPI_finish() != SPI_OK_FINISH)
+			elog(ERROR, "SPI_finish failed");
+	}
+	if (lock_row)
+		DlockLeaseFenceLock(&store_cache.table, lock_name, lease);
+	else
 		DlockLeaseFenceRead(&store_cache.table, lock_name, lease);
-		return;
-	}
-
-	values[0] = PointerGetDatum(lock_name);
-	store_begin(fn_oid, &session);
-	lease->found = (DlockStoreExec(STMT_FENCE_LIVE, values, SPI_OK_SELECT) == 1);
-	if (lease->found)
-	{
-		bool		isnull;
-
-		lease->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
-		lease->released = DatumGetBool(DlockStoreResultDatum(2, &isnull));
-		lease->expires_at = DatumGetTimestampTz(DlockStoreResultDatum(3, &isnull));
-	}
-	store_end(&session);
 }

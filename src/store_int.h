@@ -25,7 +25,6 @@
 typedef enum DlockStmt
 {
 	STMT_INSERT,				/* create the first lease of a name */
-	STMT_FENCE_LIVE,			/* the lease behind a live-mode fenced write */
 	STMT_PURGE,					/* delete a batch of long-ended leases */
 	/* the marks of fencing mode 'seen' (dlock_fence_mark, from 1.2; mark.c) */
 	STMT_MARK_LOCK,				/* read and lock a name's mark */

@@ -12,7 +12,11 @@
  * tokens) and lease_table.c's (the row locks of the direct operations).
  * This file takes dlock's name lock (a transaction-scoped advisory lock in
  * class DLOCK_LOCKTAG_CLASS, without waiting) before it inserts a name's
- * first row, and nothing else of its own.
+ * first row, and nothing else of its own.  Before inserting a name's first
+ * row, and before a purge deletes rows, it opens the fence cache
+ * (fence_cache.c: DlockFenceCacheOpen, DlockFenceCacheOpenAll), which
+ * stays open until the transaction ends; a takeover opens it in
+ * lease_table.c.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -28,6 +32,7 @@
 
 #include "compat.h"
 #include "dlock.h"
+#include "fence_cache.h"
 #include "lease_table.h"
 #include "store_int.h"
 
@@ -104,6 +109,8 @@ acquire_op(void *arg)
 			return false;		/* another session is creating the name */
 
 		Assert(DlockLockHeldByMe(&tag, ExclusiveLock));
+		/* the name's first row appears: the fence cache must not answer */
+		DlockFenceCacheOpen(a->lock_name);
 		if (DlockStoreExec(STMT_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
 		{
 			a->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
@@ -241,6 +248,8 @@ purge_op(void *arg)
 
 	p->deleted = 0;
 	values[0] = TimestampTzGetDatum(p->cutoff);
+	/* rows disappear, names unknown beforehand: every name is changing */
+	DlockFenceCacheOpenAll();
 	for (;;)
 	{
 		bool		isnull;

@@ -1,0 +1,606 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/fence_cache.c
+ *	  The fence cache: the current token of recently fenced lock names, in
+ *	  shared memory, so that the 'latest' fence answers without the B-tree
+ *	  descent and heap fetch of the lease row.  Only with
+ *	  shared_preload_libraries = 'dlock'; without it, and for whatever the
+ *	  cache cannot answer, the fence reads the index (DlockLeaseFenceRead).
+ *
+ * Layout.  dlock.fence_cache_size names, in buckets of FENCE_WAYS entries
+ * (0 turns the cache off); a bucket's first cache line holds its counters
+ * and a tag (hash bits) per entry, so a lookup touches that line and the
+ * one entry whose tag matches.  A name's bucket is chosen by its hash
+ * (DlockNameHash) mixed with the database's OID.  An entry holds a key that
+ * names one lease exactly: the database, the lease table's OID and
+ * relfilenode (so DROP and CREATE EXTENSION, TRUNCATE, VACUUM FULL or
+ * CLUSTER of the table never reach an old entry), the whole lock name (at
+ * most FENCE_NAME_BYTES bytes; longer names are never cached, and the
+ * bytes are always compared, never only a hash), the global epoch it was
+ * filled in, the token, and the TID of the root of the row's HOT chain.
+ * Only found tokens are cached: a name without a lease row is always read
+ * from the index.
+ *
+ * Each bucket has an open count (changes of any of its names that are in
+ * progress), a version (bumped by every fill and invalidation; odd while
+ * an entry is being written) and a spinlock that serialises fills and
+ * invalidations.  The shared part also has a global open count and a
+ * 64-bit epoch, for changes that cannot name their bucket (a purge, a
+ * transaction that changed more names than a backend remembers, a
+ * superuser's session with dlock.fence_cache = off that wrote something).
+ *
+ * Writers.  Every change of a lease's token or of its existence (the first
+ * INSERT of a name, a takeover, a purge's DELETE: store_ops.c and
+ * lease_table.c; design.md §12), and every update of a lease row that is
+ * not HOT (which moves the row's HOT chain: lease_write), calls
+ * DlockFenceCacheOpen (or
+ * DlockFenceCacheOpenAll) BEFORE it modifies the row, so before the change
+ * can be seen by anyone, its own backend included.  That increments the
+ * open count (an atomic read-modify-write: a full barrier) and remembers
+ * the bucket in a backend-local list.  At the end of the top-level
+ * transaction, commit or abort, fence_cache_xact_callback closes what it
+ * opened: under the bucket's spinlock it clears the bucket's entries and
+ * bumps its version, then it decrements the open count (for the global
+ * one: bumps the epoch, then decrements the global open count).
+ * XACT_EVENT_COMMIT and XACT_EVENT_ABORT are called after
+ * ProcArrayEndTransaction (xact.c, PostgreSQL 15 to 18), so the change is
+ * visible to every new snapshot by then.  Renew, release and break change
+ * neither the token nor the row's existence, and open nothing.  Nothing is
+ * ever published: a committed change is only invalidated, and the next
+ * miss fills the new token.  A subtransaction that rolled back a change
+ * needs nothing more: its bucket stays open until the top level ends.
+ *
+ * PREPARE TRANSACTION: the changes become visible when COMMIT PREPARED
+ * runs, maybe in another backend, maybe after a restart.  The buckets (or
+ * the global count) a prepared transaction opened are left open for good:
+ * those names, or with the global count every name, are read from the
+ * index until the server restarts.  Safe, and rare (a lease taken in a
+ * prepared transaction).  A backend that dies without running its
+ * callback also leaves its counts open; a crash restart rebuilds shared
+ * memory.
+ *
+ * Readers (DlockFenceCacheGet, the 'latest' fence): read the bucket's open
+ * count and the global one; read barrier; read the bucket's version and
+ * the epoch; read barrier; look for the key among the entries; read
+ * barrier; read them all again.  A hit needs both open counts zero, an
+ * even version, the entry's epoch equal to the global epoch, and nothing
+ * changed between the two reads.  Anything else is a miss.  On a miss
+ * with nothing open, the reader keeps what it read first (a ticket), reads
+ * the index with a fresh snapshot, and fills (DlockFenceCacheFill) only
+ * if, under the bucket's spinlock, both open counts are zero and the
+ * version and the epoch are still those of the ticket: so no change was
+ * open, and none closed, at any moment between before the index read and
+ * the fill.  A fill writes its entry between an odd and an even version
+ * (write barriers), so a reader never takes a torn entry.
+ *
+ * Why a hit is never stale.  Say a change C of name K commits its new
+ * state at time vis(C) (ProcArrayEndTransaction).  C's open increment
+ * comes before vis(C) and its close (clear + version bump, or epoch bump,
+ * then the decrement) after it.
+ *
+ *   (a) A fill stores what the index read at a moment when no change of
+ *   the bucket was open or closed since the ticket: had C's visibility
+ *   fallen after the ticket and before the fill, C would have been open
+ *   at the fill (count > 0) or closed before it (version or epoch moved);
+ *   had C been open at the ticket, the count was > 0.  So the entry is
+ *   K's committed token from the index read until the next change of K
+ *   opens.  Memory order: the increment is a full barrier before C
+ *   touches the row; the ticket is read before the snapshot is taken
+ *   (read barrier, and the ProcArrayLock of GetLatestSnapshot); the fill
+ *   checks under the spinlock, and closes clear under the same spinlock.
+ *
+ *   (b) A reader that starts after vis(C) (for the fence: after the write
+ *   it is ordered behind committed, fence.c) reads the open count after
+ *   C's increment, since that came before vis(C) and vis(C) before the
+ *   read.  Either it sees C still open (miss), or it sees a count from
+ *   after C's decrement, and then, after its read barrier, the entries
+ *   and version as C's close left them or newer (the close's writes come
+ *   before the decrement, a full barrier): C's entry cleared, or a newer
+ *   fill, which by (a) holds a token read after vis(C).  With the global
+ *   count the same holds for the epoch: the bump comes before the
+ *   decrement, and an entry counts only with the current epoch.
+ *
+ *   (c) The version, read before and after the entries, makes the reader
+ *   take only an entry that no fill or close was writing meanwhile.
+ *
+ * So a hit returns the token the index read would return for a snapshot
+ * taken when the reader started, which is what fence.c's ordering
+ * argument needs of the read.  The reader's own uncommitted change is
+ * open too (its own count), so it never hits across it.
+ *
+ * The root TID is only a hint, for the 'live' fence (DlockLeaseFenceLock),
+ * which fetches the visible version of that HOT chain with a fresh
+ * snapshot and checks the lock name, and reads the index when that finds
+ * nothing; a SERIALIZABLE transaction always reads the index (SSI needs
+ * its predicate locks).  The hint must only never point past the table's
+ * end, and it does not: an entry's root was the root of the name's row
+ * when it was filled, that stays so until a non-HOT update or a delete of
+ * the row, which opens the bucket before and closes it (clearing the
+ * entry) at its transaction's end, before its locks are released; VACUUM
+ * truncates a table only under AccessExclusiveLock, and never truncates a
+ * page with a used line pointer (a HOT chain's root); and the 'live' fence
+ * holds RowShareLock on the table from before its cache lookup.
+ *
+ * The key makes the rest safe.  A TRUNCATE of the lease table (the
+ * isolation specs do that) gives it a new relfilenode; the reader takes
+ * the relfilenode from the relation it has locked with AccessShareLock
+ * (which waits for the TRUNCATE's AccessExclusiveLock and then processes
+ * its invalidation), so old entries are never matched again; a relation
+ * whose relfilenode this transaction created is neither read from nor
+ * filled into the cache.  DROP and CREATE EXTENSION gives a new table OID.
+ *
+ * Nothing but dlock's functions may write the lease table (ordinary roles
+ * cannot).  A superuser who changes its rows by hand (UPDATE, DELETE,
+ * INSERT) must do it in a session with dlock.fence_cache = off: such a
+ * session reads nothing from the cache, and every transaction of it that
+ * wrote anything opens the global count at PRE_COMMIT (before its changes
+ * become visible) and bumps the epoch when it ends, which drops every
+ * entry.  Without that, fenced writes may be checked against the tokens
+ * from before the hand edit until the names are changed by dlock or the
+ * server restarts (docs/sql-reference.md, "Settings").  A session with
+ * session_replication_role = replica is treated the same way: logical
+ * replication's apply worker runs so, and it writes the rows of a
+ * subscribed lease table without dlock's functions.
+ *
+ * Concurrency summary: the bucket's spinlock is held only to fill or
+ * clear entries (no other lock is taken meanwhile, nothing can raise);
+ * readers take no lock; open counts, versions and the epoch are atomics.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/rel.h"
+
+#include "compat.h"
+#include "dlock.h"
+#include "fence_cache.h"
+
+/* Entries per bucket. */
+#define FENCE_WAYS			8
+
+/* The longest lock name an entry holds; longer names are never cached. */
+#define FENCE_NAME_BYTES	88
+
+/* Buckets one transaction remembers before it opens the global count. */
+#define FENCE_MAX_PENDING	64
+
+/*
+ * One cached lease: its exact key, its token and where its row is (128
+ * bytes; a name of up to 26 bytes is in the entry's first cache line).
+ */
+typedef struct FenceEntry
+{
+	Oid			dbid;			/* InvalidOid: empty */
+	Oid			relid;			/* the lease table */
+	Oid			relnumber;		/* its relfilenode */
+	uint16		namelen;
+	uint64		epoch;			/* the global epoch it was filled in */
+	int64		token;
+	ItemPointerData root;		/* the root of the row's HOT chain: a hint */
+	char		name[FENCE_NAME_BYTES];
+} FenceEntry;
+
+StaticAssertDecl(sizeof(FenceEntry) == 128,
+				 "a fence cache entry takes two cache lines");
+
+/*
+ * A bucket's state, in its first cache line: the counters, and a tag per
+ * entry (bits of the name's hash, never 0; 0 for an empty entry), so that
+ * a lookup reads one entry, the one whose tag matches, and then compares
+ * its whole key.
+ */
+typedef struct FenceBucketState
+{
+	pg_atomic_uint32 open;		/* changes of its names in progress */
+	pg_atomic_uint32 version;	/* bumped by fills and clears; odd: writing */
+	slock_t		mutex;			/* serialises fills and clears */
+	uint8		victim;			/* the entry the next full fill replaces */
+	uint32		tags[FENCE_WAYS];
+} FenceBucketState;
+
+typedef struct FenceBucket
+{
+	union
+	{
+		FenceBucketState s;
+		char		pad[64];
+	}			st;
+	FenceEntry	entries[FENCE_WAYS];
+} FenceBucket;
+
+StaticAssertDecl(sizeof(FenceBucketState) <= 64,
+				 "a fence cache bucket's state must fit in a cache line");
+
+/* The shared part. */
+typedef struct FenceCacheShared
+{
+	pg_atomic_uint64 epoch;		/* bumped when a global change closes */
+	pg_atomic_uint32 open_all;	/* global changes in progress */
+	int			nbuckets;
+} FenceCacheShared;
+
+/* NULL unless preloaded with a size > 0 */
+static FenceCacheShared *fence_shared = NULL;
+static FenceBucket *fence_buckets = NULL;
+
+/* What this backend's transaction opened (closed at its end). */
+static int	pending[FENCE_MAX_PENDING];
+static int	npending = 0;
+static bool pending_all = false;
+
+/*
+ * fence_nbuckets returns the number of buckets dlock.fence_cache_size asks
+ * for.
+ */
+static int
+fence_nbuckets(void)
+{
+	return (dlock_fence_cache_size + FENCE_WAYS - 1) / FENCE_WAYS;
+}
+
+/*
+ * DlockFenceCacheShmemSize returns the bytes of shared memory the cache
+ * needs (0 when it is off).
+ */
+Size
+DlockFenceCacheShmemSize(void)
+{
+	if (fence_nbuckets() == 0)
+		return 0;
+	return add_size(CACHELINEALIGN(sizeof(FenceCacheShared)),
+					mul_size(fence_nbuckets(), sizeof(FenceBucket)));
+}
+
+/*
+ * DlockFenceCacheShmemInit attaches to (or, first, initialises) the
+ * cache's shared memory.  Caller holds AddinShmemInitLock.
+ */
+void
+DlockFenceCacheShmemInit(void)
+{
+	bool		found;
+	int			nbuckets = fence_nbuckets();
+	int			i;
+
+	if (nbuckets == 0)
+		return;
+	fence_shared = ShmemInitStruct("dlock fence cache",
+								   DlockFenceCacheShmemSize(), &found);
+	fence_buckets = (FenceBucket *) ((char *) fence_shared +
+									 CACHELINEALIGN(sizeof(FenceCacheShared)));
+	if (found)
+	{
+		Assert(fence_shared->nbuckets == nbuckets);
+		return;
+	}
+	pg_atomic_init_u64(&fence_shared->epoch, 1);
+	pg_atomic_init_u32(&fence_shared->open_all, 0);
+	fence_shared->nbuckets = nbuckets;
+	for (i = 0; i < nbuckets; i++)
+	{
+		FenceBucket *b = &fence_buckets[i];
+
+		memset(b, 0, sizeof(FenceBucket));
+		pg_atomic_init_u32(&b->st.s.open, 0);
+		pg_atomic_init_u32(&b->st.s.version, 0);
+		SpinLockInit(&b->st.s.mutex);
+		b->st.s.victim = 0;
+	}
+}
+
+/*
+ * fence_bucket_of returns the bucket of lock_name in the current database,
+ * and sets *tag to its tag there (never 0).
+ */
+static int
+fence_bucket_of(text *lock_name, uint32 *tag)
+{
+	uint64		h = hash_combine64(DlockNameHash(lock_name),
+								   (uint64) MyDatabaseId);
+
+	Assert(fence_shared != NULL && fence_shared->nbuckets > 0);
+	*tag = (uint32) (h >> 32) | 1;
+	return (int) (h % (uint64) fence_shared->nbuckets);
+}
+
+/*
+ * DlockFenceCacheGet looks the lease of lock_name in the lease table rel
+ * (locked by the caller, at least AccessShareLock) up in the cache.  On a
+ * hit it sets *token and *root (the hint of where the row is) and returns
+ * true.  On a miss it returns false and
+ * fills in *ticket for DlockFenceCacheFill (ticket->bucket < 0: do not
+ * fill); the caller then reads the index.  Takes no lock.
+ */
+bool
+DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
+				   ItemPointer root, DlockFenceCacheTicket *ticket)
+{
+	const char *name = VARDATA_ANY(lock_name);
+	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
+	int			bno;
+	FenceBucket *b;
+	uint32		open;
+	uint32		open_all;
+	uint32		version;
+	uint64		epoch;
+	bool		found = false;
+	int64		tok = 0;
+	ItemPointerData tid;
+	uint32		tag;
+	int			i;
+
+	ticket->bucket = -1;
+	if (fence_shared == NULL || !dlock_fence_cache ||
+		namelen > FENCE_NAME_BYTES)
+		return false;
+	/* a relfilenode this transaction made may never be committed */
+	if (DlockRelFileNumberIsNew(rel))
+		return false;
+	ticket->relid = RelationGetRelid(rel);
+	ticket->relnumber = DlockRelFileNumber(rel);
+	bno = fence_bucket_of(lock_name, &tag);
+	b = &fence_buckets[bno];
+
+	/* first whether a change is open, then the versions, then the entries */
+	open = pg_atomic_read_u32(&b->st.s.open);
+	open_all = pg_atomic_read_u32(&fence_shared->open_all);
+	pg_read_barrier();
+	version = pg_atomic_read_u32(&b->st.s.version);
+	epoch = pg_atomic_read_u64(&fence_shared->epoch);
+	if (open != 0 || open_all != 0 || (version & 1) != 0)
+		return false;			/* neither a hit nor a fill */
+	pg_read_barrier();
+	for (i = 0; i < FENCE_WAYS; i++)
+	{
+		volatile FenceEntry *e = &b->entries[i];
+
+		if (((volatile uint32 *) b->st.s.tags)[i] != tag)
+			continue;
+		if (e->dbid == MyDatabaseId && e->relid == ticket->relid &&
+			e->relnumber == ticket->relnumber && e->namelen == namelen &&
+			e->epoch == epoch &&
+			memcmp((const char *) e->name, name, namelen) == 0)
+		{
+			tok = e->token;
+			tid = *(ItemPointer) &e->root;
+			found = true;
+			break;
+		}
+	}
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&b->st.s.version) != version ||
+		pg_atomic_read_u32(&b->st.s.open) != 0 ||
+		pg_atomic_read_u32(&fence_shared->open_all) != 0 ||
+		pg_atomic_read_u64(&fence_shared->epoch) != epoch)
+		return false;			/* changed while read: neither */
+	if (found)
+	{
+		Assert(tok > 0 && ItemPointerIsValid(&tid));
+		*token = tok;
+		*root = tid;
+		return true;
+	}
+	ticket->bucket = bno;
+	ticket->tag = tag;
+	ticket->version = version;
+	ticket->epoch = epoch;
+	return false;
+}
+
+/*
+ * DlockFenceCacheFill stores token as the lease of lock_name, and root as
+ * the root of its row's HOT chain, read from the index after the miss that
+ * filled in *ticket, unless a change of the
+ * bucket (or a global one) was open or closed since the ticket was taken.
+ * Takes the bucket's spinlock.
+ */
+void
+DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
+					int64 token, ItemPointer root)
+{
+	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
+	FenceBucket *b;
+	int			i;
+	int			way = -1;
+
+	if (ticket->bucket < 0)
+		return;
+	Assert(fence_shared != NULL && ticket->bucket < fence_shared->nbuckets);
+	Assert(namelen <= FENCE_NAME_BYTES && token > 0);
+	Assert(ItemPointerIsValid(root));
+	Assert((ticket->version & 1) == 0);
+	b = &fence_buckets[ticket->bucket];
+
+	SpinLockAcquire(&b->st.s.mutex);
+	if (pg_atomic_read_u32(&b->st.s.open) != 0 ||
+		pg_atomic_read_u32(&b->st.s.version) != ticket->version ||
+		pg_atomic_read_u32(&fence_shared->open_all) != 0 ||
+		pg_atomic_read_u64(&fence_shared->epoch) != ticket->epoch)
+	{
+		SpinLockRelease(&b->st.s.mutex);
+		return;
+	}
+
+	/* an empty entry, or one of an older epoch, else the next victim */
+	for (i = 0; i < FENCE_WAYS && way < 0; i++)
+	{
+		if (b->st.s.tags[i] == 0 || b->entries[i].epoch != ticket->epoch)
+			way = i;
+	}
+	if (way < 0)
+	{
+		way = b->st.s.victim;
+		b->st.s.victim = (way + 1) % FENCE_WAYS;
+	}
+
+	pg_atomic_write_u32(&b->st.s.version, ticket->version + 1);
+	pg_write_barrier();
+	{
+		volatile FenceEntry *e = &b->entries[way];
+
+		e->dbid = MyDatabaseId;
+		e->relid = ticket->relid;
+		e->relnumber = ticket->relnumber;
+		e->namelen = (uint16) namelen;
+		e->epoch = ticket->epoch;
+		e->token = token;
+		*(ItemPointer) &e->root = *root;
+		memcpy((char *) e->name, VARDATA_ANY(lock_name), namelen);
+		((volatile uint32 *) b->st.s.tags)[way] = ticket->tag;
+	}
+	pg_write_barrier();
+	pg_atomic_write_u32(&b->st.s.version, ticket->version + 2);
+	SpinLockRelease(&b->st.s.mutex);
+}
+
+/*
+ * DlockFenceCacheOpen marks lock_name's bucket as changing until the
+ * current top-level transaction ends.  Call it before modifying a lease
+ * row in a way that changes its token or its existence.  Nothing without
+ * the cache; cannot raise.
+ */
+void
+DlockFenceCacheOpen(text *lock_name)
+{
+	int			bno;
+	uint32		tag;
+	int			i;
+
+	if (fence_shared == NULL || pending_all)
+		return;					/* the global count covers every bucket */
+	Assert(IsTransactionState());
+	bno = fence_bucket_of(lock_name, &tag);
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i] == bno)
+			return;
+	}
+	if (npending == FENCE_MAX_PENDING)
+	{
+		DlockFenceCacheOpenAll();
+		return;
+	}
+	pending[npending++] = bno;
+	(void) pg_atomic_fetch_add_u32(&fence_buckets[bno].st.s.open, 1);
+}
+
+/*
+ * DlockFenceCacheOpenAll marks every name as changing until the current
+ * top-level transaction ends (a purge, or more names than a transaction
+ * remembers).  Nothing without the cache; cannot raise.
+ */
+void
+DlockFenceCacheOpenAll(void)
+{
+	if (fence_shared == NULL || pending_all)
+		return;
+	Assert(IsTransactionState());
+	pending_all = true;
+	(void) pg_atomic_fetch_add_u32(&fence_shared->open_all, 1);
+}
+
+/*
+ * fence_close closes what the ending transaction opened: clears each
+ * bucket's entries and bumps its version under its spinlock, then
+ * decrements its open count; bumps the epoch before decrementing the
+ * global count.  Runs after the transaction's changes became visible.
+ */
+static void
+fence_close(void)
+{
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		FenceBucket *b = &fence_buckets[pending[i]];
+		uint32		version;
+		int			way;
+
+		SpinLockAcquire(&b->st.s.mutex);
+		version = pg_atomic_read_u32(&b->st.s.version);
+		Assert((version & 1) == 0);
+		pg_atomic_write_u32(&b->st.s.version, version + 1);
+		pg_write_barrier();
+		for (way = 0; way < FENCE_WAYS; way++)
+		{
+			b->st.s.tags[way] = 0;
+			b->entries[way].dbid = InvalidOid;
+		}
+		pg_write_barrier();
+		pg_atomic_write_u32(&b->st.s.version, version + 2);
+		SpinLockRelease(&b->st.s.mutex);
+		Assert(pg_atomic_read_u32(&b->st.s.open) > 0);
+		(void) pg_atomic_fetch_sub_u32(&b->st.s.open, 1);
+	}
+	npending = 0;
+	if (pending_all)
+	{
+		(void) pg_atomic_fetch_add_u64(&fence_shared->epoch, 1);
+		Assert(pg_atomic_read_u32(&fence_shared->open_all) > 0);
+		(void) pg_atomic_fetch_sub_u32(&fence_shared->open_all, 1);
+		pending_all = false;
+	}
+}
+
+/*
+ * fence_cache_xact_callback closes, when the top-level transaction ends
+ * (after ProcArrayEndTransaction), what it opened; leaves it open for good
+ * when it was prepared; and before a session with dlock.fence_cache = off
+ * or session_replication_role = replica (logical replication's apply)
+ * commits or prepares a transaction that wrote, opens the global count.
+ */
+static void
+fence_cache_xact_callback(XactEvent event, void *arg)
+{
+	if (fence_shared == NULL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			if ((!dlock_fence_cache ||
+				 SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA) &&
+				TransactionIdIsValid(GetTopTransactionIdIfAny()))
+				DlockFenceCacheOpenAll();
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			if (npending > 0 || pending_all)
+				fence_close();
+			break;
+		case XACT_EVENT_PREPARE:
+			/* visible at COMMIT PREPARED, anywhere: stay open until restart */
+			npending = 0;
+			pending_all = false;
+			break;
+		default:
+			break;
+	}
+	Assert(event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE ||
+		   event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+		   (npending == 0 && !pending_all));
+}
+
+/*
+ * DlockFenceCacheInit registers the transaction callback, when dlock is
+ * being preloaded (_PG_init; inherited by every backend).
+ */
+void
+DlockFenceCacheInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	RegisterXactCallback(fence_cache_xact_callback, NULL);
+}

@@ -1,0 +1,59 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/fence_cache.h
+ *	  The fence cache (fence_cache.c): the current token of recently fenced
+ *	  lock names in shared memory, for the 'latest' fence's read (and where
+ *	  their rows are, a hint for the 'live' fence), and the calls that every
+ *	  change of a lease's token or existence must make.
+ *
+ * Concurrency: fence_cache.c's header gives the protocol (a bucket's open
+ * count, version and spinlock, the global open count and epoch) and the
+ * argument why a hit is never stale.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DLOCK_FENCE_CACHE_H
+#define DLOCK_FENCE_CACHE_H
+
+#include "postgres.h"
+
+#include "storage/itemptr.h"
+#include "utils/relcache.h"
+
+/*
+ * What a miss of DlockFenceCacheGet remembers for DlockFenceCacheFill: the
+ * entry's key and the bucket's state read before the index read.
+ */
+typedef struct DlockFenceCacheTicket
+{
+	int			bucket;			/* -1: do not fill */
+	uint32		tag;			/* the name's tag in the bucket */
+	uint32		version;		/* the bucket's version before the read */
+	uint64		epoch;			/* the global epoch before the read */
+	Oid			relid;			/* the lease table */
+	Oid			relnumber;		/* its relfilenode */
+} DlockFenceCacheTicket;
+
+/* settings (dlock.c) */
+extern int	dlock_fence_cache_size; /* dlock.fence_cache_size, in names */
+extern bool dlock_fence_cache;	/* dlock.fence_cache */
+
+/* shared memory (shmem.c calls them when dlock is preloaded) */
+extern Size DlockFenceCacheShmemSize(void);
+extern void DlockFenceCacheShmemInit(void);
+extern void DlockFenceCacheInit(void);
+
+/* the fence's read and lock (lease_table.c) */
+extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
+							   ItemPointer root, DlockFenceCacheTicket *ticket);
+extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
+								text *lock_name, int64 token,
+								ItemPointer root);
+
+/* writers: before a change of a name's token or existence can be seen */
+extern void DlockFenceCacheOpen(text *lock_name);
+extern void DlockFenceCacheOpenAll(void);
+
+#endif							/* DLOCK_FENCE_CACHE_H */

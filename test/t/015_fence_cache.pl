@@ -1,0 +1,251 @@
+#!/usr/bin/perl
+#
+# test/t/015_fence_cache.pl
+#	  The fence cache (src/fence_cache.c), with dlock preloaded: that the
+#	  'latest' fence is answered from it, that a superuser's hand edit of
+#	  the lease table is seen only through dlock.fence_cache = off (the
+#	  documented rule), and that under concurrent takeovers and fenced
+#	  writes no accepted token goes backwards.
+#
+# Part 1, the cache answers.  A fenced write fills the cache with the
+# lease's token.  A superuser then changes the token in dlock_lease by hand
+# (what docs/sql-reference.md, "Setting", says must be done with
+# dlock.fence_cache = off): a write with the old token is still accepted,
+# which only the cache can explain (the index holds the new token), and a
+# session with dlock.fence_cache = off, which reads the index, rejects it.
+# A transaction of such a session that writes drops the whole cache when it
+# commits: afterwards every session rejects the old token.  So does one of
+# a session with session_replication_role = replica.  With the cache
+# turned off by dlock.fence_cache_size = 0 (after a restart) the hand edit
+# is seen at once.
+#
+# Part 3, the 'live' fence's hint (run before part 2): an index on
+# expires_at makes renewals move the row (not HOT); live writes between
+# them, after a purge and a VACUUM that truncates the table's end, all find
+# the row; after a break they are rejected.
+#
+# Part 2, takeovers and fenced writes, concurrently.  Eight pgbench clients
+# acquire one of four names with a short ttl, pause (often past it, so that
+# another client takes the lease over and the cache entry is invalidated
+# between a check's read and its fill), and write the name's row with their
+# token; an AFTER trigger logs every accepted write with a sequence number
+# (commit order per row, as in 003_fence_stress.pl).  Checked: per row the
+# accepted tokens never decrease, and an accepted token is never older
+# than the lease's token seen right after it.  No timing is asserted.
+#
+# Copyright (c) 2026, the dlock authors
+
+use strict;
+use warnings;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dlock_fence_cache');
+$node->init;
+$node->append_conf('postgresql.conf',
+	"shared_preload_libraries = 'dlock'\nmax_connections = 30\n");
+$node->start;
+
+sub sql
+{
+	return $node->safe_psql('postgres', $_[0]);
+}
+
+# write(token, [settings]): a fenced UPDATE of row 1 with token; '' when
+# accepted, else the SQLSTATE.
+sub write_row
+{
+	my ($token, $set) = @_;
+	$set //= '';
+	my ($rc, $out, $err) = $node->psql('postgres',
+		"$set\\set VERBOSITY verbose\nUPDATE acct SET val = val + 1, fence_token = $token WHERE id = 1;"
+	);
+	return '' if $rc == 0;
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : $err;
+}
+
+# write_sqlstate(sql): '' when sql succeeds, else its SQLSTATE.
+sub write_sqlstate
+{
+	my ($rc, $out, $err) =
+	  $node->psql('postgres', "\\set VERBOSITY verbose\n$_[0];");
+	return '' if $rc == 0;
+	return $err =~ /ERROR:\s+([0-9A-Z]{5}):/ ? $1 : $err;
+}
+
+sql(q{
+CREATE EXTENSION dlock;
+CREATE TABLE acct (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('cache:{id}', 'fence_token', 'latest');
+});
+my $a = sql(q{SELECT dlock_acquire('cache:1', '1 hour')});
+sql(qq{INSERT INTO acct VALUES (1, 0, $a)});
+
+# Part 1.
+is(write_row($a), '', 'a write with the current token is accepted');
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
+);
+is(write_row($a), '',
+	'after a hand edit of the lease table, the old token is still accepted: the cache answered'
+);
+is(write_row($a, "SET dlock.fence_cache = off;\n"),
+	'55T01', 'a session with dlock.fence_cache = off reads the index and rejects it');
+is(write_row($a), '', 'the other sessions still use the cache');
+sql(q{SET dlock.fence_cache = off; CREATE TABLE cache_reset ()});
+is(write_row($a), '55T01',
+	'a writing transaction of a session with dlock.fence_cache = off dropped the cache');
+is(write_row($a + 1000), '', 'the token of the hand edit is accepted');
+
+# session_replication_role = replica (logical replication's apply worker)
+# counts as dlock.fence_cache = off.
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
+);
+is(write_row($a + 1000), '', 'a second hand edit: the cache still answers');
+sql(q{SET session_replication_role = replica; CREATE TABLE cache_reset2 ()});
+is(write_row($a + 1000),
+	'55T01', 'a writing transaction with session_replication_role = replica dropped the cache');
+is(write_row($a + 2000), '', 'the token of the second hand edit is accepted');
+
+$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 0\n");
+$node->restart;
+my $b = $a + 2000;
+is(write_row($b), '', 'dlock.fence_cache_size = 0: the current token is accepted');
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
+);
+is(write_row($b), '55T01', 'without the cache, a hand edit is seen at once');
+$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 1024\n");
+$node->restart;
+
+# Part 3 (before part 2, on the cache of 1024 names): the 'live' fence
+# finds the row through the cache's hint of where it is.  An index a DBA
+# added on expires_at makes every renewal a non-HOT update, which moves the
+# row and must drop the hint (the bucket is opened); VACUUM then removes
+# the old versions and truncates the emptied end of the table, which a
+# stale hint would point into.
+sql(q{
+CREATE TABLE acct3 (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct3 FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('hint:{id}', 'fence_token', 'live');
+CREATE INDEX dlock_lease_expires ON dlock_lease (expires_at);
+});
+my $h = sql(q{SELECT dlock_acquire('hint:1', '1 hour')});
+sql(qq{INSERT INTO acct3 VALUES (1, 0, $h)});
+sql(q{SELECT dlock_acquire('filler:' || i, '1 hour') FROM generate_series(1, 2000) i});
+my $live_write = qq{UPDATE acct3 SET val = val + 1, fence_token = $h WHERE id = 1};
+sql($live_write);
+for my $i (1 .. 3)
+{
+	is(sql(qq{SELECT dlock_renew('hint:1', $h, '2 hours')}),
+		't', "renewal $i (not HOT: the row moves)");
+	sql($live_write);
+}
+sql(q{SELECT dlock_break('filler:' || i) FROM generate_series(1, 2000) i});
+is(sql(q{SELECT dlock_purge('0 s')}), '2000', 'the filler rows are purged');
+sql(q{VACUUM dlock_lease});
+is(sql(qq{SELECT dlock_renew('hint:1', $h, '3 hours')}), 't', 'renewed after the VACUUM');
+sql($live_write);
+sql($live_write);
+is(sql(q{SELECT val FROM acct3 WHERE id = 1}), '6', 'every live write found the row');
+sql(q{SELECT dlock_break('hint:1')});
+is(write_sqlstate($live_write), '55T01', 'a live write after a break is rejected');
+sql(q{DROP INDEX dlock_lease_expires});
+
+# Part 2.
+my $clients = 8;
+my $per_client = 60;
+my $transactions = $clients * $per_client;
+my $rows = 4;
+
+sql(qq{
+CREATE TABLE acct2 (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct2 FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('race:{id}', 'fence_token', 'latest');
+CREATE SEQUENCE write_log_seq;
+CREATE TABLE write_log (seq bigint PRIMARY KEY, id int NOT NULL,
+                        token bigint NOT NULL, lease_token bigint);
+CREATE FUNCTION log_write() RETURNS trigger LANGUAGE plpgsql AS \$\$
+BEGIN
+  INSERT INTO write_log
+  VALUES (nextval('write_log_seq'), NEW.id, NEW.fence_token,
+          (SELECT token FROM dlock_leases WHERE lock_name = 'race:' || NEW.id));
+  RETURN NULL;
+END
+\$\$;
+CREATE TRIGGER log_write AFTER UPDATE ON acct2 FOR EACH ROW
+  EXECUTE FUNCTION log_write();
+CREATE TABLE outcome (n bigserial PRIMARY KEY, outcome text NOT NULL);
+-- fenced_write: 1 is added to row p_id with token p_token (0: not
+-- acquired, nothing written); only 55T01 is caught.
+CREATE FUNCTION fenced_write(p_id int, p_token bigint) RETURNS text
+LANGUAGE plpgsql AS \$\$
+BEGIN
+  IF p_token = 0 THEN
+    INSERT INTO outcome (outcome) VALUES ('not acquired');
+    RETURN 'not acquired';
+  END IF;
+  BEGIN
+    UPDATE acct2 SET val = val + 1, fence_token = p_token WHERE id = p_id;
+    INSERT INTO outcome (outcome) VALUES ('accepted');
+    RETURN 'accepted';
+  EXCEPTION WHEN SQLSTATE '55T01' THEN
+    INSERT INTO outcome (outcome) VALUES ('rejected');
+    RETURN 'rejected';
+  END;
+END
+\$\$;
+SELECT dlock_acquire('race:' || i, '1 hour') FROM generate_series(1, $rows) i;
+INSERT INTO acct2
+  SELECT i, 0, token FROM generate_series(1, $rows) i
+    JOIN dlock_leases ON lock_name = 'race:' || i;
+SELECT dlock_release(lock_name, token) FROM dlock_leases WHERE lock_name LIKE 'race:%';
+});
+
+$node->pgbench(
+	"-n -c $clients -j $clients -t $per_client",
+	0,
+	[
+		qr{number of transactions actually processed: $transactions/$transactions},
+		qr{number of failed transactions: 0 }
+	],
+	[qr{^$}],
+	'pgbench: concurrent takeovers and cached fenced writes',
+	{
+		'015_fence_cache.sql' => qq{
+\\set id random(1, $rows)
+\\set ttl random(5, 40)
+\\set pause random(0, 60)
+SELECT coalesce(dlock_acquire('race:' || :id, :ttl * interval '1 millisecond', interval '20 ms'), 0) AS tok \\gset
+SELECT fenced_write(:id, :tok);
+\\sleep :pause ms
+SELECT fenced_write(:id, :tok);
+SELECT fenced_write(:id, :tok);
+}
+	},
+	'postgres');
+
+note(
+	"outcomes:\n",
+	sql(q{SELECT outcome, count(*) FROM outcome GROUP BY 1 ORDER BY 1}));
+cmp_ok(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'accepted'}),
+	'>', 0, 'some writes were accepted');
+cmp_ok(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'rejected'}),
+	'>', 0, 'some writes were rejected');
+is( sql(
+		q{
+SELECT count(*) FROM (
+  SELECT token < lag(token) OVER (PARTITION BY id ORDER BY seq) AS backwards
+    FROM write_log) s
+ WHERE backwards}),
+	'0',
+	'per row, accepted tokens in commit order never decrease');
+is(sql(q{SELECT count(*) FROM write_log WHERE NOT lease_token >= token}),
+	'0', 'the lease\'s token is never older than an accepted token');
+is(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'accepted'}),
+	sql(q{SELECT count(*) FROM write_log}),
+	'every accepted write is logged, and nothing else');
+
+$node->stop;
+done_testing();
