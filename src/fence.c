@@ -125,6 +125,7 @@ typedef struct FenceSegment
 	char	   *literal;		/* NULL for a column */
 	int			attnum;			/* column number, for a column */
 	char	   *attname;
+	Oid			typid;			/* the column's type */
 	FmgrInfo	outfunc;		/* the column type's output function */
 } FenceSegment;
 
@@ -138,6 +139,7 @@ typedef struct FenceConfig
 	int			token_attnum;
 	char	   *token_attname;
 	DlockFenceMode mode;
+	StringInfoData name;		/* the current row's lock name, as a text */
 } FenceConfig;
 
 /*
@@ -252,8 +254,8 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 			seg->attname = pnstrdup(template + i + 1, close - (template + i + 1));
 			seg->attnum = fence_column(trigger, rel, seg->attname,
 									   true);
-			getTypeOutputInfo(TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid,
-							  &typoutput, &typisvarlena);
+			seg->typid = TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid;
+			getTypeOutputInfo(seg->typid, &typoutput, &typisvarlena);
 			fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
 			config->has_columns = true;
 			i = close - template + 1;
@@ -321,6 +323,7 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 									 format_type_be(tokatt->atttypid)));
 
 	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
+	initStringInfo(&config->name);
 
 	/* a statement has no row to take a column's value from */
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)
@@ -336,18 +339,21 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 
 /*
  * fence_lock_name builds the lock name of row tuple from the template (of a
- * statement trigger: tuple is NULL and the template names no column).
- * Raises 22004 when a column named in the template is NULL.
+ * statement trigger: tuple is NULL and the template names no column), as a
+ * text in config's buffer: valid until the next row.  Integer and text
+ * columns are copied without their output functions (which give the same
+ * text).  Raises 22004 when a column named in the template is NULL.
  */
 static text *
 fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
 {
 	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	StringInfoData buf;
+	StringInfo	buf = &config->name;
 	int			i;
 
 	Assert(tuple != NULL || !config->has_columns);
-	initStringInfo(&buf);
+	resetStringInfo(buf);
+	appendStringInfoSpaces(buf, VARHDRSZ);	/* the text's header */
 	for (i = 0; i < config->nsegments; i++)
 	{
 		FenceSegment *seg = &config->segments[i];
@@ -356,7 +362,7 @@ fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
 
 		if (seg->literal != NULL)
 		{
-			appendStringInfoString(&buf, seg->literal);
+			appendStringInfoString(buf, seg->literal);
 			continue;
 		}
 		value = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
@@ -369,9 +375,39 @@ fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
 							   trigdata->tg_trigger->tgname,
 							   RelationGetRelationName(trigdata->tg_relation),
 							   trigdata->tg_trigger->tgargs[0])));
-		appendStringInfoString(&buf, OutputFunctionCall(&seg->outfunc, value));
+		switch (seg->typid)
+		{
+			case INT2OID:
+			case INT4OID:
+			case INT8OID:
+				{
+					char		digits[MAXINT8LEN + 1];
+					int			len;
+
+					if (seg->typid == INT2OID)
+						len = pg_itoa(DatumGetInt16(value), digits);
+					else if (seg->typid == INT4OID)
+						len = pg_ltoa(DatumGetInt32(value), digits);
+					else
+						len = pg_lltoa(DatumGetInt64(value), digits);
+					appendBinaryStringInfo(buf, digits, len);
+					break;
+				}
+			case TEXTOID:
+			case VARCHAROID:
+				{
+					text	   *t = (text *) pg_detoast_datum_packed((struct varlena *) DatumGetPointer(value));
+
+					appendBinaryStringInfo(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+					break;
+				}
+			default:
+				appendStringInfoString(buf, OutputFunctionCall(&seg->outfunc, value));
+				break;
+		}
 	}
-	return cstring_to_text_with_len(buf.data, buf.len);
+	SET_VARSIZE(buf->data, buf->len);
+	return (text *) buf->data;
 }
 
 /*
@@ -522,6 +558,8 @@ dlock_fence(PG_FUNCTION_ARGS)
 	text	   *lock_name;
 	bool		isnull;
 	int64		token;
+	bool		oldnull;
+	int64		oldtoken;
 	DlockChecked checked;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
@@ -580,24 +618,20 @@ dlock_fence(PG_FUNCTION_ARGS)
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
 	lock_name = fence_lock_name(config, trigdata, newtuple);
 	token = fence_token_column(config, rel, newtuple, &isnull);
+	oldnull = true;
+	oldtoken = 0;
+	if (TRIGGER_FIRED_BY_UPDATE(event))
+		oldtoken = fence_token_column(config, rel, trigdata->tg_trigtuple,
+									  &oldnull);
 
 	/*
 	 * A write that carries no token of its own (NULL; on UPDATE also the
 	 * old row's token unchanged) takes the one the transaction checked.
 	 */
-	if (isnull || TRIGGER_FIRED_BY_UPDATE(event))
+	if (isnull || !oldnull)
 	{
-		bool		carries_own = !isnull;
+		bool		carries_own = !isnull && (oldnull || oldtoken != token);
 
-		if (!isnull)
-		{
-			bool		oldnull;
-			int64		oldtoken = fence_token_column(config, rel,
-													  trigdata->tg_trigtuple,
-													  &oldnull);
-
-			carries_own = oldnull || oldtoken != token;
-		}
 		if (!carries_own && DlockCheckedLookup(lock_name, &checked))
 		{
 			int			attnum = config->token_attnum;
@@ -622,18 +656,10 @@ dlock_fence(PG_FUNCTION_ARGS)
 	 * The row's own history never goes backwards, whatever the leases say:
 	 * a row moved to another lock cannot take a lower token with it.
 	 */
-	if (TRIGGER_FIRED_BY_UPDATE(event))
-	{
-		bool		oldnull;
-		int64		oldtoken = fence_token_column(config, rel,
-												  trigdata->tg_trigtuple,
-												  &oldnull);
-
-		if (!oldnull && token < oldtoken)
-			fence_reject(relname, lock_name,
-						 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
-						 text_to_cstring(lock_name), token, oldtoken);
-	}
+	if (!oldnull && token < oldtoken)
+		fence_reject(relname, lock_name,
+					 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
+					 text_to_cstring(lock_name), token, oldtoken);
 
 	return PointerGetDatum(newtuple);
 }
