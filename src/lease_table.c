@@ -6,8 +6,9 @@
  *	  the hot paths that read and change a lease row without SQL: taking
  *	  over an ended lease, renew, release and break, the 'latest' fence's
  *	  read (through the fence cache when it can) and the 'live' fence's
- *	  lock.  store.c owns the rest (its cache, the switch to the
- *	  table's owner, the SQL statements).
+ *	  lock; and the common case of fencing mode 'seen', locking a mark of
+ *	  dlock_fence_mark (DlockMarkLock, for mark.c).  store.c owns the rest
+ *	  (its cache, the switch to the table's owner, the SQL statements).
  *
  * Direct access: the hot paths read the row through the primary key index
  * and change it with table_tuple_lock and table_tuple_update, without
@@ -861,4 +862,84 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 	if (idx != NULL)
 		index_close(idx, NoLock);
 	table_close(rel, NoLock);
+}
+
+/*
+ * DlockMarkLock is the common case of mode 'seen' (mark.c) without SPI:
+ * it looks lock_name up in the mark table relid (whose primary key is on
+ * column att_name, text in the "C" collation) with a fresh snapshot, locks
+ * the visible version FOR NO KEY UPDATE, waiting, and following a
+ * concurrently changed row to its newest version as READ COMMITTED does,
+ * sets *token to that version's column att_token, and returns
+ * DLOCK_MARK_LOCKED.  Anything else (no row, a row deleted or changed in a
+ * way it does not follow, a SERIALIZABLE transaction, which needs SSI's
+ * predicate locks of the SQL statement) returns DLOCK_MARK_UNSURE and
+ * locks nothing new: the caller then runs the SQL statement, which handles
+ * every case.  Takes RowShareLock on the table and AccessShareLock on its
+ * index, kept until the transaction ends.  Evaluates no user-defined
+ * function.
+ */
+DlockMarkLockResult
+DlockMarkLock(Oid relid, AttrNumber att_name, AttrNumber att_token,
+			  text *lock_name, int64 *token)
+{
+	Relation	rel;
+	Relation	idx;
+	Oid			pkey;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	DlockMarkLockResult result = DLOCK_MARK_UNSURE;
+
+	if (IsolationIsSerializable())
+		return DLOCK_MARK_UNSURE;
+	rel = table_open(relid, RowShareLock);
+	pkey = DlockPrimaryKeyIndex(rel);
+	if (!OidIsValid(pkey))
+	{
+		table_close(rel, NoLock);
+		return DLOCK_MARK_UNSURE;
+	}
+	idx = index_open(pkey, AccessShareLock);
+	if (IndexRelationGetNumberOfKeyAttributes(idx) != 1 ||
+		idx->rd_index->indkey.values[0] != att_name)
+	{
+		index_close(idx, NoLock);
+		table_close(rel, NoLock);
+		return DLOCK_MARK_UNSURE;
+	}
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	if (lease_lookup(rel, idx, snap, lock_name, slot, NULL))
+	{
+		ItemPointerData tid = slot->tts_tid;
+		TM_FailureData tmfd;
+		bool		isnull;
+
+		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
+							 LockTupleNoKeyExclusive, LockWaitBlock,
+							 TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS |
+							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+							 &tmfd) == TM_Ok)
+		{
+			text	   *name = DatumGetTextPP(slot_getattr(slot, att_name, &isnull));
+
+			/* the newest version is still the row of lock_name */
+			if (!isnull &&
+				VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+				memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+					   VARSIZE_ANY_EXHDR(lock_name)) == 0)
+			{
+				Datum		d = slot_getattr(slot, att_token, &isnull);
+
+				Assert(!isnull);
+				*token = DatumGetInt64(d);
+				result = DLOCK_MARK_LOCKED;
+			}
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	return result;
 }

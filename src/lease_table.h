@@ -106,6 +106,16 @@ extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
 								text *lock_name, DlockFenceLease *lease);
 extern void DlockLeaseFenceLock(const DlockLeaseTable *table,
 								text *lock_name, DlockFenceLease *lease);
+/* What DlockMarkLock did. */
+typedef enum DlockMarkLockResult
+{
+	DLOCK_MARK_LOCKED,			/* the mark is locked; its token read */
+	DLOCK_MARK_UNSURE			/* nothing done: run the SQL statement */
+} DlockMarkLockResult;
+
+extern DlockMarkLockResult DlockMarkLock(Oid relid, AttrNumber att_name,
+										 AttrNumber att_token,
+										 text *lock_name, int64 *token);
 extern void DlockRestrictedBegin(DlockRestricted *saved);
 extern void DlockRestrictedEnd(DlockRestricted *saved);
 

@@ -62,6 +62,7 @@
 
 #include "compat.h"
 #include "dlock.h"
+#include "lease_table.h"
 #include "store_int.h"
 
 /* Arguments and results of one 'seen' check. */
@@ -98,12 +99,25 @@ mark_check_op(void *arg)
 	for (round = 0;; round++)
 	{
 		bool		isnull;
+		int64		mark = 0;
+		bool		locked;
+		AttrNumber	att_name;
+		AttrNumber	att_token;
+		Oid			markrelid = DlockStoreMarkTable(&att_name, &att_token);
 
-		if (DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
+		/* the common case directly, the rest by the statement */
+		locked = (round == 0 &&
+				  DlockMarkLock(markrelid, att_name, att_token,
+								m->lock_name, &mark) == DLOCK_MARK_LOCKED);
+		if (!locked &&
+			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
 		{
-			int64		mark = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
-
+			mark = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
 			Assert(!isnull);
+			locked = true;
+		}
+		if (locked)
+		{
 			if (m->token < mark)
 			{
 				m->accepted = false;

@@ -209,6 +209,8 @@ typedef struct DlockStoreCache
 	Oid			seqrelid;		/* dlock_token_seq */
 	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
 	Oid			markrelid;		/* dlock_fence_mark (InvalidOid before 1.2) */
+	AttrNumber	mark_att_name;	/* its lock_name and token columns */
+	AttrNumber	mark_att_token;
 	Oid			fns[DLOCK_KNOWN_FNS];	/* functions known to be in nspid */
 	SPIPlanPtr	plans[NUM_STMTS];
 } DlockStoreCache;
@@ -331,6 +333,16 @@ store_prepare_cache(Oid fn_oid)
 	store_cache.originrelid = get_relname_relid("dlock_token_origin", nspid);
 	/* absent when the extension's SQL is older than 1.2: then no 'seen' */
 	store_cache.markrelid = get_relname_relid("dlock_fence_mark", nspid);
+	if (OidIsValid(store_cache.markrelid))
+	{
+		store_cache.mark_att_name = get_attnum(store_cache.markrelid, "lock_name");
+		store_cache.mark_att_token = get_attnum(store_cache.markrelid, "token");
+		if (store_cache.mark_att_name <= 0 || store_cache.mark_att_token <= 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+					 errmsg("mark table of extension \"dlock\" has unexpected columns"),
+					 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
+	}
 	DlockTokenForget();
 
 	{
@@ -580,6 +592,20 @@ DlockStoreRequireMarks(void)
 				 errmsg("fencing mode \"seen\" needs version 1.2 of extension \"dlock\""),
 				 errdetail("Relation \"dlock_fence_mark\" does not exist in the extension's schema."),
 				 errhint("Update the extension with ALTER EXTENSION dlock UPDATE.")));
+}
+
+/*
+ * DlockStoreMarkTable returns where the mark table and its lock_name and
+ * token columns are, in the current store session (after
+ * DlockStoreRequireMarks).
+ */
+Oid
+DlockStoreMarkTable(AttrNumber *att_name, AttrNumber *att_token)
+{
+	Assert(OidIsValid(store_cache.markrelid));
+	*att_name = store_cache.mark_att_name;
+	*att_token = store_cache.mark_att_token;
+	return store_cache.markrelid;
 }
 
 /*

@@ -47,5 +47,6 @@ extern DlockLeaseTable *DlockStoreTable(void);
 extern Oid	DlockStoreTokenSeq(void);
 extern Oid	DlockStoreTokenOrigin(void);
 extern void DlockStoreRequireMarks(void);
+extern Oid	DlockStoreMarkTable(AttrNumber *att_name, AttrNumber *att_token);
 
 #endif							/* DLOCK_STORE_INT_H */
