@@ -226,8 +226,11 @@ DlockCheckedRecord(text *lock_name, const DlockChecked *check)
 	}
 	else if (checked_len == checked_cap)
 	{
-		checked_cap *= 2;
-		checked_log = repalloc(checked_log, sizeof(CheckedEntry) * checked_cap);
+		int			newcap = checked_cap * 2;
+
+		/* grown only once the memory is there (repalloc may raise) */
+		checked_log = repalloc(checked_log, sizeof(CheckedEntry) * newcap);
+		checked_cap = newcap;
 	}
 
 	e = &checked_log[checked_len];

@@ -234,9 +234,30 @@ lease_lookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
 	scan = DlockIndexBeginScan(rel, idx, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	if (found && root != NULL)
-		*root = scan->xs_heaptid;
+
+	/*
+	 * As index_getnext_slot, keeping the TID the index entry points at: the
+	 * root of the row's HOT chain (index_fetch_heap moves xs_heaptid to the
+	 * version it found, which may be a heap-only tuple).
+	 */
+	Assert(IsMVCCSnapshot(snapshot));	/* one visible version per chain */
+	found = false;
+	for (;;)
+	{
+		ItemPointer tid = index_getnext_tid(scan, ForwardScanDirection);
+		ItemPointerData entry;
+
+		if (tid == NULL)
+			break;
+		entry = *tid;
+		if (index_fetch_heap(scan, slot))
+		{
+			found = true;
+			if (root != NULL)
+				*root = entry;
+			break;
+		}
+	}
 	index_endscan(scan);
 	return found;
 }
