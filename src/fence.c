@@ -599,7 +599,6 @@ dlock_fence(PG_FUNCTION_ARGS)
 	if (TRIGGER_FIRED_BY_DELETE(event))
 	{
 		HeapTuple	oldtuple = trigdata->tg_trigtuple;
-		int64		oldtoken;
 
 		lock_name = fence_lock_name(config, trigdata, oldtuple);
 		token = fence_checked_token(rel, lock_name, "DELETE");
