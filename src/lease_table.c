@@ -678,6 +678,51 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 }
 
 /*
+ * slot_has_name reports whether column att_name of the version in slot (a
+ * lease row or a mark) is lock_name.
+ */
+static bool
+slot_has_name(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att_name, &isnull);
+	text	   *name;
+
+	if (isnull)
+		return false;
+	name = DatumGetTextPP(d);
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
+ * lease_slot_has_name reports whether the version in slot is the row of
+ * lock_name (the recheck an executor does on a row version it followed an
+ * update to; dlock never changes a row's lock_name).
+ */
+static inline bool
+lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
+					text *lock_name)
+{
+	return slot_has_name(slot, table->att_lock_name, lock_name);
+}
+
+/*
+ * lease_fence_fields copies what the fence reads of the lease row in slot
+ * into *lease.
+ */
+static void
+lease_fence_fields(const DlockLeaseTable *table, TupleTableSlot *slot,
+				   DlockFenceLease *lease)
+{
+	lease->token = DatumGetInt64(lease_field(slot, table->att_token));
+	lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
+	lease->released = DatumGetBool(lease_field(slot, table->att_released));
+	lease->state_read = true;
+}
+
+/*
  * DlockLeaseFenceRead reads the lease of lock_name into *lease for the
  * 'latest' fence: from the fence cache when it knows the name
  * (fence_cache.c; then only found and token are set, and state_read is
@@ -720,34 +765,13 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 
 	lease->found = lease_lookup(rel, idx, snap, lock_name, slot, &root);
 	if (lease->found)
-	{
-		lease->token = DatumGetInt64(lease_field(slot, table->att_token));
-		lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
-		lease->released = DatumGetBool(lease_field(slot, table->att_released));
-		lease->state_read = true;
-	}
+		lease_fence_fields(table, slot, lease);
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	index_close(idx, NoLock);
 	table_close(rel, NoLock);
 	if (lease->found)
 		DlockFenceCacheFill(&ticket, lock_name, lease->token, &root);
-}
-
-/*
- * lease_slot_has_name reports whether the version in slot is the row of
- * lock_name (the recheck an executor does on a row version it followed an
- * update to; dlock never changes a row's lock_name).
- */
-static bool
-lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
-					text *lock_name)
-{
-	text	   *name = DatumGetTextPP(lease_field(slot, table->att_lock_name));
-
-	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
-		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
-			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
 }
 
 /*
@@ -871,12 +895,7 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 				elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
 		}
 		if (lease->found)
-		{
-			lease->token = DatumGetInt64(lease_field(slot, table->att_token));
-			lease->expires_at = DatumGetTimestampTz(lease_field(slot, table->att_expires_at));
-			lease->released = DatumGetBool(lease_field(slot, table->att_released));
-			lease->state_read = true;
-		}
+			lease_fence_fields(table, slot, lease);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
@@ -942,13 +961,8 @@ DlockMarkLock(Oid relid, AttrNumber att_name, AttrNumber att_token,
 							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
 							 &tmfd) == TM_Ok)
 		{
-			text	   *name = DatumGetTextPP(slot_getattr(slot, att_name, &isnull));
-
 			/* the newest version is still the row of lock_name */
-			if (!isnull &&
-				VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
-				memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
-					   VARSIZE_ANY_EXHDR(lock_name)) == 0)
+			if (slot_has_name(slot, att_name, lock_name))
 			{
 				Datum		d = slot_getattr(slot, att_token, &isnull);
 
