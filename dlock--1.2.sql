@@ -189,7 +189,7 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid, '')
  */
 ALTER TABLE @extschema@.dlock_lease SET (fillfactor = 70);
 
-/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen') */
+/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen'); many names at once */
 
 /*
  * Fencing mode 'seen' (see src/mark.c): for a table in a database that is
@@ -245,6 +245,64 @@ COMMENT ON FUNCTION @extschema@.dlock_purge_marks(pg_catalog.interval) IS
     'dlock: delete the fencing marks (mode seen) last raised more than older_than ago (for operators); returns how many';
 
 REVOKE EXECUTE ON FUNCTION @extschema@.dlock_purge_marks(pg_catalog.interval) FROM PUBLIC;
+
+/*
+ * Many names at once (src/lease_set.c).  Not STRICT, like the single
+ * calls: NULL arguments and elements are errors (22004).  The array forms
+ * of renew and release have names of their own: as overloads of
+ * dlock_renew and dlock_release they would make calls with untyped
+ * parameters (dlock_release($1, $2) from drivers that send none)
+ * ambiguous.
+ */
+CREATE FUNCTION @extschema@.dlock_acquire_all(
+    lock_names pg_catalog.text[],
+    ttl pg_catalog.interval,
+    wait pg_catalog.interval DEFAULT '0'::pg_catalog.interval,
+    owner pg_catalog.text DEFAULT NULL)
+RETURNS pg_catalog.int8[]
+AS 'MODULE_PATHNAME', 'dlock_acquire_all'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_acquire_all(pg_catalog.text[], pg_catalog.interval, pg_catalog.interval, pg_catalog.text) IS
+    'dlock: take the leases on all lock_names for ttl or none, waiting up to wait; returns one new fencing token per name in the order given, or NULL';
+
+CREATE FUNCTION @extschema@.dlock_acquire_any(
+    lock_names pg_catalog.text[],
+    ttl pg_catalog.interval,
+    wait pg_catalog.interval DEFAULT '0'::pg_catalog.interval,
+    owner pg_catalog.text DEFAULT NULL)
+RETURNS TABLE (lock_name pg_catalog.text, token pg_catalog.int8)
+AS 'MODULE_PATHNAME', 'dlock_acquire_any'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE ROWS 1;
+
+COMMENT ON FUNCTION @extschema@.dlock_acquire_any(pg_catalog.text[], pg_catalog.interval, pg_catalog.interval, pg_catalog.text) IS
+    'dlock: take the lease on the first free name of lock_names for ttl, waiting up to wait for any to free; returns it with its new fencing token, or no row';
+
+CREATE FUNCTION @extschema@.dlock_renew_each(
+    lock_names pg_catalog.text[],
+    tokens pg_catalog.int8[],
+    ttl pg_catalog.interval)
+RETURNS pg_catalog.bool[]
+AS 'MODULE_PATHNAME', 'dlock_renew_each'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_renew_each(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval) IS
+    'dlock: dlock_renew for each pair of lock_names and tokens, in one statement; returns one boolean per pair';
+
+CREATE FUNCTION @extschema@.dlock_release_each(
+    lock_names pg_catalog.text[],
+    tokens pg_catalog.int8[])
+RETURNS pg_catalog.bool[]
+AS 'MODULE_PATHNAME', 'dlock_release_each'
+LANGUAGE C VOLATILE CALLED ON NULL INPUT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_release_each(pg_catalog.text[], pg_catalog.int8[]) IS
+    'dlock: dlock_release for each pair of lock_names and tokens, in one statement; returns one boolean per pair';
+
+GRANT EXECUTE ON FUNCTION @extschema@.dlock_acquire_all(pg_catalog.text[], pg_catalog.interval, pg_catalog.interval, pg_catalog.text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dlock_acquire_any(pg_catalog.text[], pg_catalog.interval, pg_catalog.interval, pg_catalog.text) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dlock_renew_each(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval) TO PUBLIC;
+GRANT EXECUTE ON FUNCTION @extschema@.dlock_release_each(pg_catalog.text[], pg_catalog.int8[]) TO PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.dlock_fence() IS
     'dlock: fencing trigger, BEFORE INSERT, UPDATE or DELETE row trigger or BEFORE TRUNCATE statement trigger; arguments: lock name template, token column [, latest | live | seen]';

@@ -16,7 +16,10 @@
  * memory, declared in fence_cache.h), wait.c (waiting for a lease: queues,
  * wake-ups, polling), shmem.c (shared memory for waiting, token boot jumps
  * and the fence cache), mark.c (the marks of fencing mode 'seen'),
- * checked.c (what the transaction has checked with dlock_check).
+ * checked.c (what the transaction has checked with dlock_check),
+ * lease_set.c (the SQL entry points for many names at once),
+ * async_commit.c (a transaction that only released leases does not wait
+ * for its WAL flush).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -59,8 +62,26 @@ DlockNameHash(text *lock_name)
 							   VARSIZE_ANY_EXHDR(lock_name), 0);
 }
 
-/* lease.c: argument checks shared with fence.c */
+/*
+ * The most names one dlock_acquire_all or dlock_acquire_any takes
+ * (docs/sql-reference.md: each new name takes a lock-table entry).
+ */
+#define DLOCK_MAX_SET_NAMES		10000
+
+/* lease.c: argument checks shared with fence.c and lease_set.c */
+extern void DlockCheckWritable(const char *funcname);
+extern void DlockCheckLockName(text *name, const char *what);
 extern text *DlockGetLockName(FunctionCallInfo fcinfo);
+extern Interval *DlockGetTtl(FunctionCallInfo fcinfo, int argno);
+extern TimestampTz DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno,
+										TimestampTz start);
+extern text *DlockGetOwner(FunctionCallInfo fcinfo, int argno);
+extern TimestampTz DlockLeaseExpiry(TimestampTz now, Interval *ttl);
+extern void DlockCheckHolder(Oid holder, text *lock_name, const char *action);
+
+/* async_commit.c: a transaction that only released leases */
+extern void DlockAsyncReleaseBegin(void);
+extern void DlockAsyncReleaseEnd(void);
 
 /* dlock.c: settings */
 extern int	dlock_max_ttl;		/* dlock.max_ttl, in seconds */
@@ -79,12 +100,29 @@ extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
 								 Oid holder, TimestampTz now,
 								 TimestampTz expires,
 								 int64 *token, TimestampTz *held_until);
+extern bool DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n,
+									text *owner, Oid holder, TimestampTz now,
+									TimestampTz expires, int64 *tokens,
+									TimestampTz *held_until, int *refused);
 extern DlockStoreOutcome DlockStoreRenew(Oid fn_oid, text *lock_name,
 										 int64 token, TimestampTz now,
 										 TimestampTz expires, Oid *holder);
 extern DlockStoreOutcome DlockStoreRelease(Oid fn_oid, text *lock_name,
 										   int64 token, TimestampTz now,
 										   Oid *holder);
+/* One lease of a renew or release of many, and what was found. */
+typedef struct DlockStoreItem
+{
+	text	   *lock_name;
+	int64		token;
+	DlockStoreOutcome outcome;	/* out */
+	Oid			holder;			/* out: the row's holder role */
+} DlockStoreItem;
+
+extern void DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n,
+								TimestampTz now, TimestampTz expires);
+extern void DlockStoreReleaseEach(Oid fn_oid, DlockStoreItem *items, int n,
+								  TimestampTz now);
 extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now);
 extern int64 DlockStorePurge(Oid fn_oid, TimestampTz cutoff);
 extern void DlockStoreTokenInit(Oid fn_oid);
@@ -143,8 +181,10 @@ extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 typedef struct DlockWaiter
 {
 	bool		in_use;
+	bool		any;			/* an any-slot (dlock_acquire_any, wait.c) */
 	uint64		hash;			/* DlockNameHash of the name waited for */
 	uint64		ticket;			/* queue position: lower waits longer */
+	uint64		any_buckets[DLOCK_WAIT_BUCKETS / 64];	/* an any-slot's buckets */
 } DlockWaiter;
 
 /* Databases whose token boot jump a server start can record (token.c). */
@@ -167,14 +207,21 @@ extern void DlockShmemInstallHooks(void);
 /* wait.c: waiting for a lease */
 
 /*
- * One attempt to take the lease.  Returns true when granted; otherwise
- * sets *held_until to the expiry of the live lease that held the name, or
- * to 0 when that is unknown (an open transaction is changing the lease).
+ * One attempt to take a lease (or a set of leases).  Returns true when
+ * granted; otherwise sets *held_until to the expiry of the live lease that
+ * held a name, or to 0 when that is unknown (an open transaction is
+ * changing the lease).  A set's attempt also sets *blocked to the
+ * DlockNameHash of the name that refused it, so that the waiter queues
+ * there (it comes preset to the name waited on).
  */
-typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until);
+typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until,
+								uint64 *blocked);
 
-extern bool DlockWaitAcquire(text *lock_name, TimestampTz deadline,
+extern bool DlockWaitAcquire(uint64 hash, TimestampTz deadline,
 							 DlockAttemptFn attempt, void *arg);
+extern bool DlockWaitAcquireAny(const uint64 *hashes, int n,
+								TimestampTz deadline, DlockAttemptFn attempt,
+								void *arg);
 extern void DlockWakeAtXactEnd(text *lock_name);
 
 #endif							/* DLOCK_H */

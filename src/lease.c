@@ -53,12 +53,12 @@ PG_FUNCTION_INFO_V1(dlock_purge_marks);
 PG_FUNCTION_INFO_V1(dlock_token_init);
 
 /*
- * check_writable raises 25006 when leases cannot be changed here: on a hot
+ * DlockCheckWritable raises 25006 when leases cannot be changed here: on a hot
  * standby (tested first, with a hint to go to the primary) or in a
  * read-only transaction.
  */
-static void
-check_writable(const char *funcname)
+void
+DlockCheckWritable(const char *funcname)
 {
 	if (RecoveryInProgress())
 		ereport(ERROR,
@@ -84,6 +84,28 @@ arg_not_null(FunctionCallInfo fcinfo, int argno, const char *argname)
 }
 
 /*
+ * DlockCheckLockName raises 22023 when name, the argument what (say
+ * "lock_name", or "lock_names[3]" for an array's element), is empty or over
+ * DLOCK_MAX_NAME_BYTES bytes.
+ */
+void
+DlockCheckLockName(text *name, const char *what)
+{
+	int			len = VARSIZE_ANY_EXHDR(name);
+
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must not be empty", what)));
+	if (len > DLOCK_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s is too long", what),
+				 errdetail("The name has %d bytes; the limit is %d bytes.",
+						   len, DLOCK_MAX_NAME_BYTES)));
+}
+
+/*
  * DlockGetLockName returns argument 0 as a lock name, raising 22004 for
  * NULL and 22023 for an empty name or one over DLOCK_MAX_NAME_BYTES bytes.
  * Also used by dlock_check (fence.c).
@@ -92,21 +114,10 @@ text *
 DlockGetLockName(FunctionCallInfo fcinfo)
 {
 	text	   *name;
-	int			len;
 
 	arg_not_null(fcinfo, 0, "lock_name");
 	name = PG_GETARG_TEXT_PP(0);
-	len = VARSIZE_ANY_EXHDR(name);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock_name must not be empty")));
-	if (len > DLOCK_MAX_NAME_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock_name is too long"),
-				 errdetail("The name has %d bytes; the limit is %d bytes.",
-						   len, DLOCK_MAX_NAME_BYTES)));
+	DlockCheckLockName(name, "lock_name");
 	return name;
 }
 
@@ -136,12 +147,12 @@ check_finite(Interval *iv, const char *argname)
 }
 
 /*
- * get_ttl returns argument argno as a ttl, raising 22004 for NULL and 22023
- * for a ttl that is infinite, not positive or longer than dlock.max_ttl.
- * It is only checked here; lease_expiry applies it.
+ * DlockGetTtl returns argument argno as a ttl, raising 22004 for NULL and
+ * 22023 for a ttl that is infinite, not positive or longer than
+ * dlock.max_ttl.  It is only checked here; DlockLeaseExpiry applies it.
  */
-static Interval *
-get_ttl(FunctionCallInfo fcinfo, int argno)
+Interval *
+DlockGetTtl(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *ttl;
 	Interval	zero = {0};
@@ -191,11 +202,11 @@ timestamp_plus(TimestampTz ts, Interval *iv)
 }
 
 /*
- * lease_expiry returns now + ttl, raising 22023 when the calendar makes it
- * no later than now (say, '1 month -31 days' in a 30-day month).
+ * DlockLeaseExpiry returns now + ttl, raising 22023 when the calendar makes
+ * it no later than now (say, '1 month -31 days' in a 30-day month).
  */
-static TimestampTz
-lease_expiry(TimestampTz now, Interval *ttl)
+TimestampTz
+DlockLeaseExpiry(TimestampTz now, Interval *ttl)
 {
 	TimestampTz expires = timestamp_plus(now, ttl);
 
@@ -256,11 +267,11 @@ default_owner(void)
 }
 
 /*
- * get_owner returns argument argno as the owner label, or the session's
+ * DlockGetOwner returns argument argno as the owner label, or the session's
  * default when NULL; raises 22023 when it is over DLOCK_MAX_OWNER_BYTES.
  */
-static text *
-get_owner(FunctionCallInfo fcinfo, int argno)
+text *
+DlockGetOwner(FunctionCallInfo fcinfo, int argno)
 {
 	text	   *owner;
 	int			len;
@@ -279,13 +290,13 @@ get_owner(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * check_holder raises 42501 unless the current user may act for holder, the
+ * DlockCheckHolder raises 42501 unless the current user may act for holder, the
  * role that acquired the lease on lock_name: that role, a member of it
  * (with or without INHERIT) or a superuser.  A holder role that was dropped
  * has no members, so its leases are left to superusers (and dlock_break).
  */
-static void
-check_holder(Oid holder, text *lock_name, const char *action)
+void
+DlockCheckHolder(Oid holder, text *lock_name, const char *action)
 {
 	char	   *holder_name;
 
@@ -303,6 +314,29 @@ check_holder(Oid holder, text *lock_name, const char *action)
 			 errhint("Renew or release the lease as the role that acquired it, as a member of that role, or as a superuser.")));
 }
 
+/*
+ * DlockGetWaitDeadline returns the deadline of argument argno, a wait,
+ * counted from start: raises 22004 for NULL, 22023 for an infinite or
+ * negative wait, 22008 when start + wait is out of range.
+ */
+TimestampTz
+DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno, TimestampTz start)
+{
+	Interval   *wait;
+	Interval	zero = {0};
+
+	arg_not_null(fcinfo, argno, "wait");
+	wait = PG_GETARG_INTERVAL_P(argno);
+	check_finite(wait, "wait");
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(wait),
+										 IntervalPGetDatum(&zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("wait must not be negative"),
+				 errdetail("The wait given is \"%s\".", interval_text(wait))));
+	return timestamp_plus(start, wait);
+}
+
 /* What an acquire attempt needs; token is its result. */
 typedef struct AcquireArgs
 {
@@ -316,16 +350,17 @@ typedef struct AcquireArgs
 
 /*
  * acquire_attempt makes one attempt to grant the lease described by arg
- * (an AcquireArgs) from now for its ttl; a DlockAttemptFn.
+ * (an AcquireArgs) from now for its ttl; a DlockAttemptFn (*blocked stays
+ * the name's own).
  */
 static bool
-acquire_attempt(void *arg, TimestampTz *held_until)
+acquire_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
 {
 	AcquireArgs *a = (AcquireArgs *) arg;
 	TimestampTz now = GetCurrentTimestamp();
 
 	return DlockStoreTryAcquire(a->fn_oid, a->lock_name, a->owner, a->holder,
-								now, lease_expiry(now, a->ttl),
+								now, DlockLeaseExpiry(now, a->ttl),
 								&a->token, held_until);
 }
 
@@ -341,38 +376,27 @@ Datum
 dlock_acquire(PG_FUNCTION_ARGS)
 {
 	AcquireArgs args;
-	Interval   *wait;
-	Interval	zero = {0};
 	TimestampTz start;
 	TimestampTz deadline;
 	TimestampTz held_until;
+	uint64		blocked = 0;
 	bool		granted;
 
-	check_writable("dlock_acquire");
+	DlockCheckWritable("dlock_acquire");
 	args.fn_oid = fcinfo->flinfo->fn_oid;
 	args.holder = GetUserId();
 	args.lock_name = DlockGetLockName(fcinfo);
-	args.ttl = get_ttl(fcinfo, 1);
-	arg_not_null(fcinfo, 2, "wait");
-	wait = PG_GETARG_INTERVAL_P(2);
-	check_finite(wait, "wait");
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(wait),
-										 IntervalPGetDatum(&zero))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("wait must not be negative"),
-				 errdetail("The wait given is \"%s\".", interval_text(wait))));
-	args.owner = get_owner(fcinfo, 3);
-
+	args.ttl = DlockGetTtl(fcinfo, 1);
 	start = GetCurrentTimestamp();
-	(void) lease_expiry(start, args.ttl);
-	deadline = timestamp_plus(start, wait);
+	deadline = DlockGetWaitDeadline(fcinfo, 2, start);
+	args.owner = DlockGetOwner(fcinfo, 3);
+	(void) DlockLeaseExpiry(start, args.ttl);
 
 	if (deadline <= start)
-		granted = acquire_attempt(&args, &held_until);
+		granted = acquire_attempt(&args, &held_until, &blocked);
 	else
-		granted = DlockWaitAcquire(args.lock_name, deadline, acquire_attempt,
-								   &args);
+		granted = DlockWaitAcquire(DlockNameHash(args.lock_name), deadline,
+								   acquire_attempt, &args);
 	if (!granted)
 		PG_RETURN_NULL();
 	Assert(args.token > 0);
@@ -397,16 +421,16 @@ dlock_renew(PG_FUNCTION_ARGS)
 	Oid			holder;
 	DlockStoreOutcome outcome;
 
-	check_writable("dlock_renew");
+	DlockCheckWritable("dlock_renew");
 	lock_name = DlockGetLockName(fcinfo);
 	token = get_token(fcinfo, 1);
-	ttl = get_ttl(fcinfo, 2);
+	ttl = DlockGetTtl(fcinfo, 2);
 
 	now = GetCurrentTimestamp();
 	outcome = DlockStoreRenew(fcinfo->flinfo->fn_oid, lock_name, token, now,
-							  lease_expiry(now, ttl), &holder);
+							  DlockLeaseExpiry(now, ttl), &holder);
 	if (outcome != DLOCK_STORE_NO_LEASE)
-		check_holder(holder, lock_name, "renew");
+		DlockCheckHolder(holder, lock_name, "renew");
 	if (outcome == DLOCK_STORE_DONE)
 		DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
@@ -415,8 +439,9 @@ dlock_renew(PG_FUNCTION_ARGS)
 /*
  * dlock_release(lock_name text, token bigint) returns boolean: true when
  * the live lease (lock_name, token) ended now, false when the token holds
- * no live lease on that name.  The row keeps the token for fencing.
- * Raises as dlock_renew does.
+ * no live lease on that name.  The row keeps the token for fencing.  In a
+ * transaction of its own it commits without waiting for the WAL flush
+ * (async_commit.c).  Raises as dlock_renew does.
  */
 Datum
 dlock_release(PG_FUNCTION_ARGS)
@@ -426,14 +451,16 @@ dlock_release(PG_FUNCTION_ARGS)
 	Oid			holder;
 	DlockStoreOutcome outcome;
 
-	check_writable("dlock_release");
+	DlockCheckWritable("dlock_release");
 	lock_name = DlockGetLockName(fcinfo);
 	token = get_token(fcinfo, 1);
 
+	DlockAsyncReleaseBegin();
 	outcome = DlockStoreRelease(fcinfo->flinfo->fn_oid, lock_name, token,
 								GetCurrentTimestamp(), &holder);
+	DlockAsyncReleaseEnd();
 	if (outcome != DLOCK_STORE_NO_LEASE)
-		check_holder(holder, lock_name, "release");
+		DlockCheckHolder(holder, lock_name, "release");
 	if (outcome == DLOCK_STORE_DONE)
 		DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
@@ -449,7 +476,7 @@ dlock_break(PG_FUNCTION_ARGS)
 {
 	text	   *lock_name;
 
-	check_writable("dlock_break");
+	DlockCheckWritable("dlock_break");
 	lock_name = DlockGetLockName(fcinfo);
 
 	if (!DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name, GetCurrentTimestamp()))
@@ -495,7 +522,7 @@ purge_cutoff(FunctionCallInfo fcinfo, const char *argname)
 Datum
 dlock_purge(PG_FUNCTION_ARGS)
 {
-	check_writable("dlock_purge");
+	DlockCheckWritable("dlock_purge");
 	PG_RETURN_INT64(DlockStorePurge(fcinfo->flinfo->fn_oid,
 									purge_cutoff(fcinfo, "older_than")));
 }
@@ -513,7 +540,7 @@ dlock_purge(PG_FUNCTION_ARGS)
 Datum
 dlock_purge_marks(PG_FUNCTION_ARGS)
 {
-	check_writable("dlock_purge_marks");
+	DlockCheckWritable("dlock_purge_marks");
 	PG_RETURN_INT64(DlockMarkPurge(fcinfo->flinfo->fn_oid,
 								   purge_cutoff(fcinfo, "older_than")));
 }
@@ -527,7 +554,7 @@ dlock_purge_marks(PG_FUNCTION_ARGS)
 Datum
 dlock_token_init(PG_FUNCTION_ARGS)
 {
-	check_writable("dlock_token_init");
+	DlockCheckWritable("dlock_token_init");
 	DlockStoreTokenInit(fcinfo->flinfo->fn_oid);
 	PG_RETURN_VOID();
 }

@@ -157,6 +157,80 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 }
 
 
+/* What an all-or-nothing acquire of a sorted set needs. */
+typedef struct AcquireAllOp
+{
+	AcquireOp	one;			/* the name being taken, and the shared fields */
+	text	  **names;			/* in canonical order */
+	int			nnames;
+	int64	   *tokens;			/* out, in the order of names */
+	int			refused;		/* out: index of the name that refused */
+} AcquireAllOp;
+
+/*
+ * acquire_all_op takes the names of an AcquireAllOp one by one, in their
+ * (canonical) order, and stops at the first that refuses; a StoreOp run in
+ * a subtransaction of its own, which is rolled back then (DlockStoreRun),
+ * so that a refused set keeps no lease, row lock or name lock.
+ */
+static bool
+acquire_all_op(void *arg)
+{
+	AcquireAllOp *a = (AcquireAllOp *) arg;
+	int			i;
+
+	for (i = 0; i < a->nnames; i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		a->one.lock_name = a->names[i];
+		a->one.token = 0;
+		a->one.held_until = 0;
+		if (!acquire_op(&a->one))
+		{
+			a->refused = i;
+			return false;
+		}
+		a->tokens[i] = a->one.token;
+	}
+	return true;
+}
+
+/*
+ * DlockStoreTryAcquireAll makes one attempt to grant the leases on all n
+ * names (distinct, in canonical order: the byte order of the lease table's
+ * "C" key) to holder, from now until expires.  On success it stores the
+ * new tokens in tokens[] (in the order of names) and returns true.
+ * Otherwise it returns false having kept none of them (the attempt ran in
+ * a subtransaction, rolled back), sets *refused to the index of the first
+ * name that was held and *held_until as DlockStoreTryAcquire does for it.
+ * Never waits for another transaction.  Taking the names in one order is
+ * what keeps sets from blocking each other (src/lease_set.c's header).
+ */
+bool
+DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n, text *owner,
+						Oid holder, TimestampTz now, TimestampTz expires,
+						int64 *tokens, TimestampTz *held_until, int *refused)
+{
+	AcquireAllOp a;
+	bool		granted;
+
+	Assert(n > 0);
+	a.one.owner = owner;
+	a.one.holder = holder;
+	a.one.now = now;
+	a.one.expires = expires;
+	a.names = names;
+	a.nnames = n;
+	a.tokens = tokens;
+	a.refused = -1;
+
+	granted = DlockStoreRun(fn_oid, acquire_all_op, &a, true);
+	Assert(granted == (a.refused < 0));
+	*held_until = granted ? 0 : a.one.held_until;
+	*refused = a.refused;
+	return granted;
+}
+
 /*
  * change_op is DlockLeaseChange (lease_table.c) as a StoreOp.
  */
@@ -166,47 +240,114 @@ change_op(void *arg)
 	return DlockLeaseChange(DlockStoreTable(), (DlockLeaseChangeOp *) arg);
 }
 
+/* What a change of many leases needs (renew or release, element by element). */
+typedef struct ChangeEachOp
+{
+	DlockLeaseChangeKind kind;
+	DlockStoreItem *items;
+	int			nitems;
+	TimestampTz now;
+	TimestampTz expires;		/* renew only */
+} ChangeEachOp;
+
 /*
- * DlockStoreRenew moves the expiry of the live lease (lock_name, token) to
- * expires and its renewed_at to now.  Returns DLOCK_STORE_DONE when it did,
- * otherwise whether a row exists; *holder is the row's holder role.  The
- * caller checks the role and raises if it must: the error undoes the
- * update.
+ * change_each_op changes the leases of a ChangeEachOp in array order, one
+ * DlockLeaseChange each, setting each item's outcome and holder; a
+ * StoreOp.
+ */
+static bool
+change_each_op(void *arg)
+{
+	ChangeEachOp *e = (ChangeEachOp *) arg;
+	bool		changed = false;
+	int			i;
+
+	for (i = 0; i < e->nitems; i++)
+	{
+		DlockLeaseChangeOp c;
+
+		CHECK_FOR_INTERRUPTS();
+		c.kind = e->kind;
+		c.lock_name = e->items[i].lock_name;
+		c.token = e->items[i].token;
+		c.now = e->now;
+		c.expires = e->expires;
+		changed |= DlockLeaseChange(DlockStoreTable(), &c);
+		e->items[i].outcome = c.outcome;
+		e->items[i].holder = c.holder;
+	}
+	return changed;
+}
+
+/*
+ * DlockStoreRenewEach moves, for each of the n items, the expiry of the
+ * live lease (lock_name, token) to expires and its renewed_at to now, in
+ * one store session, and sets the item's outcome (DLOCK_STORE_DONE when it
+ * did, otherwise whether a row exists) and holder (the row's holder role).
+ * The caller checks the roles and raises if it must: the error undoes the
+ * updates.  May wait for a concurrent change of one of the rows.
+ */
+void
+DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n, TimestampTz now,
+					TimestampTz expires)
+{
+	ChangeEachOp e;
+
+	e.kind = DLOCK_CHANGE_RENEW;
+	e.items = items;
+	e.nitems = n;
+	e.now = now;
+	e.expires = expires;
+	(void) DlockStoreRun(fn_oid, change_each_op, &e, false);
+}
+
+/*
+ * DlockStoreReleaseEach ends, for each of the n items, the live lease
+ * (lock_name, token) at now; the rows keep their tokens.  Results as for
+ * DlockStoreRenewEach.
+ */
+void
+DlockStoreReleaseEach(Oid fn_oid, DlockStoreItem *items, int n, TimestampTz now)
+{
+	ChangeEachOp e;
+
+	e.kind = DLOCK_CHANGE_RELEASE;
+	e.items = items;
+	e.nitems = n;
+	e.now = now;
+	e.expires = 0;
+	(void) DlockStoreRun(fn_oid, change_each_op, &e, false);
+}
+
+/*
+ * DlockStoreRenew and DlockStoreRelease are DlockStoreRenewEach and
+ * DlockStoreReleaseEach for one lease: they return its outcome and set
+ * *holder.
  */
 DlockStoreOutcome
 DlockStoreRenew(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 				TimestampTz expires, Oid *holder)
 {
-	DlockLeaseChangeOp c;
+	DlockStoreItem item;
 
-	c.kind = DLOCK_CHANGE_RENEW;
-	c.lock_name = lock_name;
-	c.token = token;
-	c.now = now;
-	c.expires = expires;
-	(void) DlockStoreRun(fn_oid, change_op, &c, false);
-	*holder = c.holder;
-	return c.outcome;
+	item.lock_name = lock_name;
+	item.token = token;
+	DlockStoreRenewEach(fn_oid, &item, 1, now, expires);
+	*holder = item.holder;
+	return item.outcome;
 }
 
-/*
- * DlockStoreRelease ends the live lease (lock_name, token) at now; the row
- * keeps the token.  Results as for DlockStoreRenew.
- */
 DlockStoreOutcome
 DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 				  Oid *holder)
 {
-	DlockLeaseChangeOp c;
+	DlockStoreItem item;
 
-	c.kind = DLOCK_CHANGE_RELEASE;
-	c.lock_name = lock_name;
-	c.token = token;
-	c.now = now;
-	c.expires = 0;
-	(void) DlockStoreRun(fn_oid, change_op, &c, false);
-	*holder = c.holder;
-	return c.outcome;
+	item.lock_name = lock_name;
+	item.token = token;
+	DlockStoreReleaseEach(fn_oid, &item, 1, now);
+	*holder = item.holder;
+	return item.outcome;
 }
 
 /*

@@ -27,6 +27,19 @@
  * a waiter is woken for (a 'live' fenced write locks it), the head cannot
  * know when to retry, so it polls with the backoff below while that lasts.
  *
+ * dlock_acquire_all waits in the queue of the first name of its set that it
+ * could not get (lease.c's set acquire), and moves to the end of another
+ * name's queue when a later attempt is refused by that name instead
+ * (leaving the first queue wakes its next waiter, as any waiter that
+ * leaves without the lease does).  dlock_acquire_any waits for whichever
+ * of its names frees first, so it is in no single queue: its slot is an
+ * any-slot that marks the hash buckets of all its names, and every wake of
+ * a queue in one of those buckets also wakes every any-slot marking it.
+ * Any-slots are never a queue's head; a woken any-slot attempts all its
+ * names and sleeps again when none is free.  A bucket shared with another
+ * name only wakes it needlessly.  So any-waiters are not served in FIFO
+ * order among themselves: they race at each release.
+ *
  * Without preload, every waiter polls: it retries with a backoff from
  * DLOCK_BACKOFF_MIN_MS doubling to DLOCK_BACKOFF_MAX_MS, or at the expiry
  * of the lease it saw if that comes first, never past its deadline.
@@ -45,8 +58,9 @@
  * (store_ops.c) keeps no lock when it fails.  Lost wake-ups cannot happen:
  *   - the latch is reset before each attempt, so a wake between the
  *     attempt and the sleep ends the sleep at once;
- *   - a waiter counts itself in bucket_waiters (a full-barrier atomic)
- *     before its first attempt, and the waker reads that count after its
+ *   - a waiter counts itself in bucket_waiters (a full-barrier atomic),
+ *     in every bucket it marks, before its first attempt in that queue,
+ *     and the waker reads that count after its
  *     transaction is visible to new snapshots (XACT_EVENT_COMMIT comes after
  *     ProcArrayEndTransaction) and after a memory barrier.  So either the
  *     waker sees the waiter and wakes the head, or the waiter's attempt
@@ -63,6 +77,7 @@
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -82,7 +97,12 @@ static bool xact_callback_registered = false;
 static bool slot_taken = false;
 static bool exit_callback_registered = false;
 
-#define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[(hash) % DLOCK_WAIT_BUCKETS])
+#define BUCKET_NO(hash) ((int) ((hash) % DLOCK_WAIT_BUCKETS))
+#define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[BUCKET_NO(hash)])
+#define ANY_MARKS(w, b) (((w)->any_buckets[(b) / 64] >> ((b) % 64)) & 1)
+
+/* Latches to set after a wake-up's scan, sized nslots at first use. */
+static int *wake_list = NULL;
 
 /*
  * queue_head_locked returns the pgprocno of the head of the queue of hash
@@ -101,7 +121,7 @@ queue_head_locked(uint64 hash)
 	{
 		DlockWaiter *w = &DlockShmem->slots[i];
 
-		if (w->in_use && w->hash == hash && w->ticket < best)
+		if (w->in_use && !w->any && w->hash == hash && w->ticket < best)
 		{
 			best = w->ticket;
 			head = i;
@@ -111,22 +131,38 @@ queue_head_locked(uint64 hash)
 }
 
 /*
- * wake_queue_head sets the latch of the head of hash's queue, if any.
- * Takes the dlock LWLock in shared mode unless nobody waits in the bucket.
+ * wake_queue_head sets the latch of the head of hash's queue, if any, and
+ * of every any-slot that marks hash's bucket.  Takes the dlock LWLock in
+ * shared mode unless nobody waits in the bucket; sets the latches after
+ * releasing it.
  */
 static void
 wake_queue_head(uint64 hash)
 {
+	int			bucket = BUCKET_NO(hash);
+	int			nwake = 0;
 	int			head;
+	int			i;
 
 	pg_memory_barrier();
 	if (pg_atomic_read_u32(BUCKET_OF(hash)) == 0)
 		return;
+	Assert(wake_list != NULL);
 	LWLockAcquire(DlockShmem->lock, LW_SHARED);
 	head = queue_head_locked(hash);
-	LWLockRelease(DlockShmem->lock);
 	if (head >= 0)
-		SetLatch(DlockProcLatch(head));
+		wake_list[nwake++] = head;
+	for (i = 0; i < DlockShmem->nslots; i++)
+	{
+		DlockWaiter *w = &DlockShmem->slots[i];
+
+		if (w->in_use && w->any && ANY_MARKS(w, bucket))
+			wake_list[nwake++] = i;
+	}
+	LWLockRelease(DlockShmem->lock);
+	Assert(nwake <= DlockShmem->nslots);
+	for (i = 0; i < nwake; i++)
+		SetLatch(DlockProcLatch(wake_list[i]));
 }
 
 /*
@@ -161,6 +197,7 @@ queue_join(uint64 hash)
 	/* only this backend takes its own slot, and it gave it up last time */
 	Assert(!me->in_use);
 	me->hash = hash;
+	me->any = false;
 	me->ticket = DlockShmem->next_ticket++;
 	me->in_use = true;
 	pg_atomic_fetch_add_u32(BUCKET_OF(hash), 1);
@@ -169,9 +206,43 @@ queue_join(uint64 hash)
 }
 
 /*
+ * queue_join_any takes this backend's slot as an any-slot marking the
+ * buckets of the n hashes (see the file header), counting it once in each
+ * bucket.  Takes the dlock LWLock exclusively.
+ */
+static void
+queue_join_any(const uint64 *hashes, int n)
+{
+	DlockWaiter *me;
+	int			i;
+
+	Assert(!slot_taken && n > 0);
+	me = &DlockShmem->slots[DlockMyProcNumber()];
+	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	Assert(!me->in_use);
+	memset(me->any_buckets, 0, sizeof(me->any_buckets));
+	for (i = 0; i < n; i++)
+	{
+		int			b = BUCKET_NO(hashes[i]);
+
+		if (ANY_MARKS(me, b))
+			continue;
+		me->any_buckets[b / 64] |= UINT64CONST(1) << (b % 64);
+		pg_atomic_fetch_add_u32(&DlockShmem->bucket_waiters[b], 1);
+	}
+	me->hash = 0;
+	me->any = true;
+	me->ticket = DlockShmem->next_ticket++;
+	me->in_use = true;
+	slot_taken = true;
+	LWLockRelease(DlockShmem->lock);
+}
+
+/*
  * queue_leave gives up this backend's slot, if it holds one, and with
- * wake_next wakes the new head of its queue.  Takes the dlock LWLock
- * exclusively.  Safe to call from error and exit paths.
+ * wake_next wakes the new head of its queue (an any-slot heads no queue).
+ * Takes the dlock LWLock exclusively.  Safe to call from error and exit
+ * paths.
  */
 static void
 queue_leave(bool wake_next)
@@ -184,13 +255,28 @@ queue_leave(bool wake_next)
 	me = &DlockShmem->slots[DlockMyProcNumber()];
 	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
 	Assert(me->in_use);
-	/* the slot is counted in its bucket from queue_join until now */
-	Assert(pg_atomic_read_u32(BUCKET_OF(me->hash)) > 0);
 	me->in_use = false;
-	pg_atomic_fetch_sub_u32(BUCKET_OF(me->hash), 1);
 	slot_taken = false;
-	if (wake_next)
-		head = queue_head_locked(me->hash);
+	if (me->any)
+	{
+		int			b;
+
+		for (b = 0; b < DLOCK_WAIT_BUCKETS; b++)
+			if (ANY_MARKS(me, b))
+			{
+				/* counted in the bucket since queue_join_any */
+				Assert(pg_atomic_read_u32(&DlockShmem->bucket_waiters[b]) > 0);
+				pg_atomic_fetch_sub_u32(&DlockShmem->bucket_waiters[b], 1);
+			}
+	}
+	else
+	{
+		/* the slot is counted in its bucket from queue_join until now */
+		Assert(pg_atomic_read_u32(BUCKET_OF(me->hash)) > 0);
+		pg_atomic_fetch_sub_u32(BUCKET_OF(me->hash), 1);
+		if (wake_next)
+			head = queue_head_locked(me->hash);
+	}
 	LWLockRelease(DlockShmem->lock);
 	if (head >= 0)
 		SetLatch(DlockProcLatch(head));
@@ -205,7 +291,8 @@ queue_is_head(uint64 hash)
 {
 	int			head;
 
-	Assert(slot_taken && DlockShmem->slots[DlockMyProcNumber()].hash == hash);
+	Assert(slot_taken && !DlockShmem->slots[DlockMyProcNumber()].any &&
+		   DlockShmem->slots[DlockMyProcNumber()].hash == hash);
 	LWLockAcquire(DlockShmem->lock, LW_SHARED);
 	head = queue_head_locked(hash);
 	LWLockRelease(DlockShmem->lock);
@@ -276,8 +363,9 @@ wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg)
 	{
 		TimestampTz held_until;
 		TimestampTz now;
+		uint64		blocked = 0;
 
-		if (attempt(arg, &held_until))
+		if (attempt(arg, &held_until, &blocked))
 			return true;
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
@@ -287,8 +375,22 @@ wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg)
 }
 
 /*
+ * register_exit_callback arranges, once per backend, for the slot to be
+ * given up at exit.
+ */
+static void
+register_exit_callback(void)
+{
+	if (exit_callback_registered)
+		return;
+	before_shmem_exit(wait_exit_callback, (Datum) 0);
+	exit_callback_registered = true;
+}
+
+/*
  * wait_queued waits in hash's queue until attempt grants the lease or
- * deadline has passed (see the file header).  Returns whether it was
+ * deadline has passed (see the file header), moving to the queue of the
+ * name an attempt reports as refusing it.  Returns whether it was
  * granted.  The slot is given up on every way out.
  */
 static bool
@@ -296,17 +398,14 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 			void *arg)
 {
 	volatile bool granted = false;
+	volatile uint64 queued = hash;
 
-	if (!exit_callback_registered)
-	{
-		before_shmem_exit(wait_exit_callback, (Datum) 0);
-		exit_callback_registered = true;
-	}
-
+	register_exit_callback();
 	queue_join(hash);
 	PG_TRY();
 	{
 		long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
+		bool		moved = false;
 
 		for (;;)
 		{
@@ -314,11 +413,12 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 			TimestampTz now;
 
 			ResetLatch(MyLatch);
-			if (queue_is_head(hash))
+			if (queue_is_head(queued))
 			{
 				TimestampTz held_until;
+				uint64		blocked = queued;
 
-				if (attempt(arg, &held_until))
+				if (attempt(arg, &held_until, &blocked))
 				{
 					granted = true;
 					break;
@@ -330,6 +430,30 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 				}
 				else
 					wake_at = next_poll(GetCurrentTimestamp(), 0, &backoff_ms);
+				if (blocked != queued)
+				{
+					/*
+					 * Another name of the set refused it: wait in that
+					 * name's queue, letting this one's next waiter go.  The
+					 * name may have been released since the attempt, before
+					 * this slot counted in its bucket, so attempt again
+					 * (when at the head) before sleeping; a second move in
+					 * a row polls instead, so that names changing hands
+					 * quickly cannot keep it busy.
+					 */
+					queue_leave(true);
+					queued = blocked;
+					queue_join(queued);
+					if (!moved)
+					{
+						moved = true;
+						continue;
+					}
+					wake_at = Min(wake_at, next_poll(GetCurrentTimestamp(), 0,
+													 &backoff_ms));
+				}
+				else
+					moved = false;
 			}
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
@@ -354,35 +478,92 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 }
 
 /*
- * DlockWaitAcquire takes the lease through attempt, waiting until deadline
- * for it (see the file header), and returns whether it was granted.
- * Sleeps on the process latch; raises what CHECK_FOR_INTERRUPTS raises
- * (cancel, statement_timeout, termination).
+ * DlockWaitAcquire takes a lease (or a set of leases) through attempt,
+ * waiting until deadline for it in the queue of hash (the DlockNameHash of
+ * the name, or of the set's first name), and returns whether it was
+ * granted.  Sleeps on the process latch; raises what CHECK_FOR_INTERRUPTS
+ * raises (cancel, statement_timeout, termination).
  */
 bool
-DlockWaitAcquire(text *lock_name, TimestampTz deadline, DlockAttemptFn attempt,
+DlockWaitAcquire(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 				 void *arg)
 {
-	uint64		hash;
-
 	Assert(IsTransactionState());
 	Assert(!slot_taken);
 	if (DlockShmem == NULL)
 		return wait_polling(deadline, attempt, arg);
 
 	/* Nobody queued for this name (or its bucket): try before queueing. */
-	hash = DlockNameHash(lock_name);
 	pg_memory_barrier();
 	if (pg_atomic_read_u32(BUCKET_OF(hash)) == 0)
 	{
 		TimestampTz held_until;
+		uint64		blocked = hash;
 
-		if (attempt(arg, &held_until))
+		if (attempt(arg, &held_until, &blocked))
 			return true;
 		if (GetCurrentTimestamp() >= deadline)
 			return false;
+		hash = blocked;
 	}
 	return wait_queued(hash, deadline, attempt, arg);
+}
+
+/*
+ * DlockWaitAcquireAny takes one of n leases through attempt, waiting until
+ * deadline in an any-slot for the names whose DlockNameHash values are
+ * hashes (see the file header), and returns whether it was granted.  The
+ * caller has made one attempt already.  Raises as DlockWaitAcquire.
+ */
+bool
+DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
+					DlockAttemptFn attempt, void *arg)
+{
+	volatile bool granted = false;
+
+	Assert(IsTransactionState());
+	Assert(!slot_taken && n > 0);
+	if (DlockShmem == NULL)
+		return wait_polling(deadline, attempt, arg);
+
+	register_exit_callback();
+	queue_join_any(hashes, n);
+	PG_TRY();
+	{
+		long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
+
+		for (;;)
+		{
+			TimestampTz held_until;
+			TimestampTz wake_at;
+			uint64		blocked = 0;
+
+			ResetLatch(MyLatch);
+			if (attempt(arg, &held_until, &blocked))
+			{
+				granted = true;
+				break;
+			}
+			if (held_until != 0)
+			{
+				wake_at = held_until;
+				backoff_ms = DLOCK_BACKOFF_MIN_MS;
+			}
+			else
+				wake_at = next_poll(GetCurrentTimestamp(), 0, &backoff_ms);
+			if (GetCurrentTimestamp() >= deadline)
+				break;
+			sleep_until(Min(wake_at, deadline));
+		}
+	}
+	PG_FINALLY();
+	{
+		queue_leave(false);
+	}
+	PG_END_TRY();
+
+	Assert(!slot_taken);
+	return granted;
 }
 
 /*
@@ -433,6 +614,8 @@ DlockWakeAtXactEnd(text *lock_name)
 		return;
 	if (!xact_callback_registered)
 	{
+		wake_list = MemoryContextAlloc(TopMemoryContext,
+									   sizeof(int) * DlockShmem->nslots);
 		RegisterXactCallback(wake_xact_callback, NULL);
 		xact_callback_registered = true;
 	}

@@ -1,0 +1,120 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/async_commit.c
+ *	  A transaction that only released leases commits without waiting for
+ *	  its commit record to reach disk (or a synchronous standby).
+ *
+ * Why that keeps every guarantee (docs/guarantees.md, "Releases and the
+ * WAL flush"): a release that a crash or a failover loses leaves the lease
+ * as it was before it, live until its expiry, with the same token; nothing
+ * was granted in between, because any grant of the name is a later
+ * transaction that read the release, and its commit record comes after the
+ * release's in the WAL: when the grant is durable, so is the release (WAL
+ * is flushed in order, and a standby replays it in order).  A grant whose
+ * own commit is lost too is the case of any lost grant (token.c makes its
+ * token safe; the fence rejects writes under it).  So losing a release
+ * only ever means "the lease lasted until its ttl", which every holder
+ * must already expect of a crash between its release and the reply.
+ *
+ * When it applies: the release runs in a transaction of its own - not in a
+ * transaction block (BEGIN, or several statements sent as one), and
+ * nothing else in the transaction wrote WAL: no transaction id existed
+ * before the first release of the transaction, and the WAL position the
+ * transaction has written up to (XactLastRecEnd) has not moved since the
+ * last release ended.  Anything else (a release in a procedure that then
+ * writes, SELECT dlock_release(...), nextval(...)) commits as configured.
+ * The decision is taken at XACT_EVENT_PRE_COMMIT, and applied as SET LOCAL
+ * synchronous_commit = off, which AtEOXact_GUC undoes after the commit.
+ * A release that returned false or raised wrote nothing that matters.
+ *
+ * Concurrency: backend-local state only; no lock.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "access/xlog.h"
+#include "utils/guc.h"
+
+#include "dlock.h"
+
+/* The state of the current transaction. */
+typedef enum AsyncState
+{
+	ASYNC_NONE,					/* no release yet */
+	ASYNC_ONLY_RELEASES,		/* only releases wrote WAL, up to last_end */
+	ASYNC_NEVER					/* something else wrote, or a block */
+} AsyncState;
+
+static AsyncState async_state = ASYNC_NONE;
+static XLogRecPtr last_end = InvalidXLogRecPtr;
+static bool callback_registered = false;
+
+/*
+ * async_xact_callback takes the decision at pre-commit and forgets the
+ * state when the transaction ends.
+ */
+static void
+async_xact_callback(XactEvent event, void *arg)
+{
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+			if (async_state == ASYNC_ONLY_RELEASES &&
+				XactLastRecEnd == last_end &&
+				synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+				(void) set_config_option("synchronous_commit", "off",
+										 PGC_USERSET, PGC_S_SESSION,
+										 GUC_ACTION_LOCAL, true, 0, false);
+			async_state = ASYNC_NONE;
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
+		case XACT_EVENT_PRE_PREPARE:
+		case XACT_EVENT_PARALLEL_PRE_COMMIT:
+			async_state = ASYNC_NONE;
+			break;
+	}
+}
+
+/*
+ * DlockAsyncReleaseBegin is called by a release before it changes
+ * anything: it notes whether the transaction had written anything else.
+ */
+void
+DlockAsyncReleaseBegin(void)
+{
+	if (!callback_registered)
+	{
+		RegisterXactCallback(async_xact_callback, NULL);
+		callback_registered = true;
+	}
+	if (IsTransactionBlock())
+		async_state = ASYNC_NEVER;
+	else if (async_state == ASYNC_NONE)
+		async_state = TransactionIdIsValid(GetTopTransactionIdIfAny()) ?
+			ASYNC_NEVER : ASYNC_ONLY_RELEASES;
+	else if (async_state == ASYNC_ONLY_RELEASES && XactLastRecEnd != last_end)
+		async_state = ASYNC_NEVER;
+	/* nothing written yet, or only by earlier releases */
+	Assert(async_state != ASYNC_ONLY_RELEASES ||
+		   !TransactionIdIsValid(GetTopTransactionIdIfAny()) ||
+		   XactLastRecEnd == last_end);
+}
+
+/*
+ * DlockAsyncReleaseEnd is called by a release when it returns: what the
+ * transaction has written so far was written by releases.
+ */
+void
+DlockAsyncReleaseEnd(void)
+{
+	if (async_state == ASYNC_ONLY_RELEASES)
+		last_end = XactLastRecEnd;
+}
