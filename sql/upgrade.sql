@@ -46,17 +46,28 @@ INSERT INTO upgrade_seen VALUES (2, 4);
 SELECT lock_name, token FROM dlock_fence_mark;
 SELECT dlock_check('upgrade:a', :a_token) = :a_token AS a_checks;
 SELECT dlock_acquire('upgrade:e', '1 hour') - :c_token AS tokens_carry_on;
+-- the calls for many names at once, new in 1.2, see the leases of 1.0 and 1.1
+SELECT dlock_acquire_all(ARRAY['upgrade:f', 'upgrade:a'], '1 hour') IS NULL AS a_held_for_sets;
+SELECT dlock_renew_each(ARRAY['upgrade:a', 'upgrade:c'], ARRAY[:a_token, :c_token], '1 hour') AS renewed;
 DROP TABLE upgrade_seen;
 
 -- the updated extension has exactly the objects, grants and dump
 -- configuration of a fresh install
--- (the members with their grants and comments, and the dump configuration,
--- of whatever dlock is installed when they are read; relation row types,
--- members only from PostgreSQL 17 on, are left out as in install.sql)
+-- (the members with their grants and comments, the functions' arguments
+-- with names and defaults, results and properties, and the dump
+-- configuration, of whatever dlock is installed when they are read;
+-- relation row types, members only from PostgreSQL 17 on, are left out as
+-- in install.sql)
 CREATE TEMP VIEW ext_members AS
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS member,
        COALESCE(c.relacl::text, p.proacl::text) AS acl,
-       COALESCE(obj_description(d.objid, d.classid::regclass::text), '') AS comment
+       COALESCE(obj_description(d.objid, d.classid::regclass::text), '') AS comment,
+       CASE WHEN p.oid IS NOT NULL THEN
+           format('(%s) -> %s; %s %s strict=%s secdef=%s parallel=%s rows=%s cost=%s %s %s config=%s',
+                  pg_get_function_arguments(p.oid), pg_get_function_result(p.oid),
+                  p.prokind, p.provolatile, p.proisstrict, p.prosecdef, p.proparallel,
+                  p.prorows, p.procost, p.prosrc, p.probin, p.proconfig)
+       END AS function
   FROM pg_depend d
   LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
   LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
@@ -85,7 +96,7 @@ SELECT 'only in fresh install', * FROM (TABLE fresh EXCEPT TABLE upgraded) y;
 SELECT 'only after update' AS side, * FROM (TABLE upgraded_config EXCEPT TABLE fresh_config) x
 UNION ALL
 SELECT 'only in fresh install', * FROM (TABLE fresh_config EXCEPT TABLE upgraded_config) y;
-SELECT count(*) AS members FROM fresh;
+SELECT count(*) AS members, count(function) AS functions FROM fresh;
 
 -- a fresh install issues tokens from 1 (nothing was issued before it)
 SELECT dlock_acquire('upgrade:fresh', '1 hour') AS fresh_token;

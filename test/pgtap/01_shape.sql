@@ -1,14 +1,15 @@
 -- test/pgtap/01_shape.sql: the catalog shape of dlock 1.2.
 --
 -- Every function with its exact signature (argument types, names and
--- defaults), return type, language, volatility, strictness and security;
+-- defaults), return type (the columns of dlock_acquire_any's table too),
+-- language, volatility, strictness and security;
 -- the view's columns in order; the two tables and the two sequences; which objects
 -- are members of the extension; relocatability and the dump configuration.
 -- Nothing here calls a dlock function.
 
 \ir preamble.psql
 
-SELECT plan(64);
+SELECT plan(89);
 
 -- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -66,6 +67,81 @@ SELECT isnt_strict(:'dlock_schema', 'dlock_break', ARRAY['text'],
 SELECT isnt_definer(:'dlock_schema', 'dlock_break', ARRAY['text'],
     'dlock_break is not SECURITY DEFINER');
 
+-- Many names at once (1.2).  Array forms with names of their own, not
+-- overloads of dlock_renew and dlock_release (see the membership test below).
+
+-- dlock_acquire_all(lock_names text[], ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint[]
+SELECT has_function(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'dlock_acquire_all(text[], interval, interval, text) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'], 'bigint[]',
+    'dlock_acquire_all returns bigint[] (one token per name)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'], 'c',
+    'dlock_acquire_all is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'], 'volatile',
+    'dlock_acquire_all is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'dlock_acquire_all is not STRICT (NULL means not acquired, so NULL arguments are errors)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'dlock_acquire_all is not SECURITY DEFINER');
+
+-- dlock_acquire_any(lock_names text[], ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL)
+--   -> TABLE(lock_name text, token bigint)
+SELECT has_function(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'dlock_acquire_any(text[], interval, interval, text) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'], 'setof record',
+    'dlock_acquire_any returns a set of records (RETURNS TABLE)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'], 'c',
+    'dlock_acquire_any is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'], 'volatile',
+    'dlock_acquire_any is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'dlock_acquire_any is not STRICT (no row means not acquired, so NULL arguments are errors)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'dlock_acquire_any is not SECURITY DEFINER');
+
+-- dlock_renew_each(lock_names text[], tokens bigint[], ttl interval) -> boolean[]
+SELECT has_function(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'],
+    'dlock_renew_each(text[], bigint[], interval) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'], 'boolean[]',
+    'dlock_renew_each returns boolean[] (one result per pair)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'], 'c',
+    'dlock_renew_each is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'], 'volatile',
+    'dlock_renew_each is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'],
+    'dlock_renew_each is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'],
+    'dlock_renew_each is not SECURITY DEFINER');
+
+-- dlock_release_each(lock_names text[], tokens bigint[]) -> boolean[]
+SELECT has_function(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'],
+    'dlock_release_each(text[], bigint[]) exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'], 'boolean[]',
+    'dlock_release_each returns boolean[] (one result per pair)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'], 'c',
+    'dlock_release_each is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'], 'volatile',
+    'dlock_release_each is VOLATILE');
+SELECT isnt_strict(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'],
+    'dlock_release_each is not STRICT');
+SELECT isnt_definer(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'],
+    'dlock_release_each is not SECURITY DEFINER');
+
+-- The results exactly: dlock_acquire_any is RETURNS TABLE (lock_name text,
+-- token bigint), planned as one row; the others return one value.
+SELECT results_eq(
+    $$SELECT p.proname::text COLLATE "default", pg_catalog.pg_get_function_result(p.oid), p.proretset, p.prorows
+        FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema()))
+         AND p.proname IN ('dlock_acquire_all', 'dlock_acquire_any', 'dlock_renew_each', 'dlock_release_each')
+       ORDER BY p.proname$$,
+    $$VALUES ('dlock_acquire_all', 'bigint[]', false, 0::real),
+             ('dlock_acquire_any', 'TABLE(lock_name text, token bigint)', true, 1::real),
+             ('dlock_release_each', 'boolean[]', false, 0::real),
+             ('dlock_renew_each', 'boolean[]', false, 0::real)$$,
+    'dlock_acquire_any returns TABLE(lock_name text, token bigint) planned as 1 row; dlock_acquire_all bigint[]; dlock_renew_each and dlock_release_each boolean[]'
+);
+
 -- dlock_purge(older_than interval) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
     'dlock_purge(interval) exists in the extension''s schema');
@@ -122,21 +198,28 @@ SELECT results_eq(
     $$VALUES
         ('dlock_acquire', 'lock_name text, ttl interval, wait interval DEFAULT ''00:00:00''::interval, owner text DEFAULT NULL::text',
          'f', 'u', 'dlock_acquire', '$libdir/dlock'),
+        ('dlock_acquire_all', 'lock_names text[], ttl interval, wait interval DEFAULT ''00:00:00''::interval, owner text DEFAULT NULL::text',
+         'f', 'u', 'dlock_acquire_all', '$libdir/dlock'),
+        ('dlock_acquire_any', 'lock_names text[], ttl interval, wait interval DEFAULT ''00:00:00''::interval, owner text DEFAULT NULL::text',
+         'f', 'u', 'dlock_acquire_any', '$libdir/dlock'),
         ('dlock_break', 'lock_name text', 'f', 'u', 'dlock_break', '$libdir/dlock'),
         ('dlock_check', 'lock_name text, token bigint, mode text DEFAULT ''latest''::text', 'f', 'u', 'dlock_check', '$libdir/dlock'),
         ('dlock_fence', '', 'f', 'u', 'dlock_fence', '$libdir/dlock'),
         ('dlock_purge', 'older_than interval', 'f', 'u', 'dlock_purge', '$libdir/dlock'),
         ('dlock_purge_marks', 'older_than interval', 'f', 'u', 'dlock_purge_marks', '$libdir/dlock'),
         ('dlock_release', 'lock_name text, token bigint', 'f', 'u', 'dlock_release', '$libdir/dlock'),
-        ('dlock_renew', 'lock_name text, token bigint, ttl interval', 'f', 'u', 'dlock_renew', '$libdir/dlock')$$,
+        ('dlock_release_each', 'lock_names text[], tokens bigint[]', 'f', 'u', 'dlock_release_each', '$libdir/dlock'),
+        ('dlock_renew', 'lock_name text, token bigint, ttl interval', 'f', 'u', 'dlock_renew', '$libdir/dlock'),
+        ('dlock_renew_each', 'lock_names text[], tokens bigint[], ttl interval', 'f', 'u', 'dlock_renew_each', '$libdir/dlock')$$,
     'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL, mode ''latest''), PARALLEL UNSAFE, and C symbols named after them'
 );
 SELECT is(
     (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
       WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence', 'dlock_purge',
-                          'dlock_check', 'dlock_purge_marks')),
-    8::bigint,
-    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check or dlock_purge_marks'
+                          'dlock_check', 'dlock_purge_marks', 'dlock_acquire_all', 'dlock_acquire_any',
+                          'dlock_renew_each', 'dlock_release_each')),
+    12::bigint,
+    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check, dlock_purge_marks, dlock_acquire_all, dlock_acquire_any, dlock_renew_each or dlock_release_each (an overload of dlock_renew or dlock_release would make calls with untyped arguments ambiguous)'
 );
 
 -- The view.
@@ -236,8 +319,12 @@ SELECT set_eq(
              (true, 'function dlock_purge(interval)'),
              (true, 'table dlock_fence_mark'),
              (true, 'function dlock_check(text,bigint,text)'),
-             (true, 'function dlock_purge_marks(interval)')$$,
-    'the members of extension dlock are exactly its two tables, two sequences, view and eight functions, all in the extension''s schema'
+             (true, 'function dlock_purge_marks(interval)'),
+             (true, 'function dlock_acquire_all(text[],interval,interval,text)'),
+             (true, 'function dlock_acquire_any(text[],interval,interval,text)'),
+             (true, 'function dlock_renew_each(text[],bigint[],interval)'),
+             (true, 'function dlock_release_each(text[],bigint[])')$$,
+    'the members of extension dlock are exactly its two tables, two sequences, view and twelve functions, all in the extension''s schema'
 );
 -- Objects that are not members themselves (the primary key index, the row
 -- types) must still belong to a member, so DROP EXTENSION removes them: no

@@ -2,16 +2,19 @@
 -- do with dlock's objects.
 --
 -- First the grants as the catalogs record them (PUBLIC: EXECUTE on acquire,
--- renew, release and check, SELECT on dlock_leases, nothing else on any
--- member of the extension), then the same rules exercised by an ordinary
--- role created here: it cannot touch the lease table, the marks or the token
--- sequence (so it cannot make tokens repeat or forge what a database has
--- seen), cannot write through the view, cannot break leases or purge, and
--- can use the lease functions and dlock_check and read dlock_leases.
+-- renew, release, their forms for many names and check, SELECT on
+-- dlock_leases, nothing else on any member of the extension), then the same
+-- rules exercised by an ordinary role created here: it cannot touch the
+-- lease table, the marks or the token sequence (so it cannot make tokens
+-- repeat or forge what a database has seen), cannot write through the view,
+-- cannot break leases or purge, and can use the lease functions (for one
+-- name and for many) and dlock_check and read dlock_leases; the calls run
+-- as the caller (no SECURITY DEFINER), and a refused all-or-nothing
+-- attempt, undone inside the call, leaves the caller's role as it was.
 
 \ir preamble.psql
 
-SELECT plan(48);
+SELECT plan(64);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -20,6 +23,14 @@ SELECT function_privs_are(:'dlock_schema', 'dlock_renew', ARRAY['text', 'bigint'
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_renew');
 SELECT function_privs_are(:'dlock_schema', 'dlock_release', ARRAY['text', 'bigint'],
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_release');
+SELECT function_privs_are(:'dlock_schema', 'dlock_acquire_all', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_acquire_all');
+SELECT function_privs_are(:'dlock_schema', 'dlock_acquire_any', ARRAY['text[]', 'interval', 'interval', 'text'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_acquire_any');
+SELECT function_privs_are(:'dlock_schema', 'dlock_renew_each', ARRAY['text[]', 'bigint[]', 'interval'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_renew_each');
+SELECT function_privs_are(:'dlock_schema', 'dlock_release_each', ARRAY['text[]', 'bigint[]'],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_release_each');
 SELECT function_privs_are(:'dlock_schema', 'dlock_break', ARRAY['text'],
     'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_break');
 SELECT function_privs_are(:'dlock_schema', 'dlock_purge', ARRAY['interval'],
@@ -54,8 +65,9 @@ SELECT set_eq(
          AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
          AND d.deptype = 'e'
          AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')$$,
-    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_check', 'dlock_fence'],
-    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_check and the trigger function dlock_fence'
+    ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_acquire_all', 'dlock_acquire_any',
+          'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence'],
+    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_check and the trigger function dlock_fence'
 );
 SELECT set_eq(
     $$SELECT c.relname::text COLLATE "default", NULL::text, a.privilege_type::text COLLATE "default"
@@ -87,6 +99,19 @@ CREATE ROLE dlock_tap_plain;
 GRANT USAGE ON SCHEMA :"dlock_schema" TO dlock_tap_plain;
 CREATE TEMP TABLE tap_token (who text PRIMARY KEY, token bigint);
 GRANT ALL ON tap_token TO PUBLIC;
+CREATE TEMP TABLE tap_tokens (who text PRIMARY KEY, tokens bigint[]);
+GRANT ALL ON tap_tokens TO PUBLIC;
+
+-- The functions PUBLIC may execute run as their caller: none is SECURITY
+-- DEFINER (dlock switches to the table's owner only inside its C code).
+SELECT is_empty(
+    $$SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
+       WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema()))
+         AND p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_acquire_all', 'dlock_acquire_any',
+                           'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence')
+         AND p.prosecdef$$,
+    'none of the functions PUBLIC may execute is SECURITY DEFINER'
+);
 
 SET ROLE dlock_tap_plain;
 
@@ -225,6 +250,69 @@ SELECT results_eq(
     $$SELECT t.token, true, false FROM tap_token t WHERE t.who = 'plain'$$,
     'after the release, dlock_leases shows the lease released, not live, with its last token'
 );
+-- The same for many names at once: all or nothing, any of, renew and
+-- release each.
+SELECT lives_ok(
+    $$INSERT INTO tap_tokens SELECT 'all', dlock_acquire_all(ARRAY['tap:priv:set:b', 'tap:priv:set:a'], '1 hour')$$,
+    'an ordinary role can call dlock_acquire_all'
+);
+SELECT is(
+    (SELECT t.tokens[2] < t.tokens[1] FROM tap_tokens t WHERE t.who = 'all'),
+    true,
+    'an ordinary role is granted a free set: one token per name, in the order given (drawn in byte order)'
+);
+-- tap:priv:set:0 comes first in byte order: the refused attempt took it
+-- as the extension's owner, then undid it
+SELECT is(
+    dlock_acquire_all(ARRAY['tap:priv:set:0', 'tap:priv:set:a'], '1 hour'),
+    NULL::bigint[],
+    'dlock_acquire_all returns NULL to an ordinary role when one name is held'
+);
+SELECT is(current_user::text, 'dlock_tap_plain',
+    'after a refused attempt (undone inside the call) the caller is still its own role, not the extension''s owner');
+SELECT is(
+    (SELECT pg_catalog.count(*) FROM dlock_leases l WHERE l.lock_name = 'tap:priv:set:0'),
+    0::bigint,
+    'the refused attempt left no lease on the name it had taken first'
+);
+SELECT throws_ok(
+    $$INSERT INTO dlock_lease VALUES ('tap:priv:forged', 1, 'me', current_user::regrole, pg_catalog.now(), pg_catalog.now(), pg_catalog.now() + '1 hour', false)$$,
+    '42501', 'permission denied for table dlock_lease',
+    'after calling the functions for many names, an ordinary role still cannot write dlock_lease'
+);
+SELECT throws_ok(
+    $$SELECT pg_catalog.nextval('dlock_token_seq')$$,
+    '42501', 'permission denied for sequence dlock_token_seq',
+    'after calling the functions for many names, an ordinary role still cannot call nextval on dlock_token_seq'
+);
+SELECT results_eq(
+    $$SELECT a.lock_name COLLATE "default" FROM dlock_acquire_any(ARRAY['tap:priv:set:a', 'tap:priv:set:c'], '1 hour') a$$,
+    ARRAY['tap:priv:set:c'],
+    'an ordinary role can call dlock_acquire_any: the first free name'
+);
+SELECT results_eq(
+    $$SELECT l.lock_name COLLATE "default", l.holder_role::text COLLATE "default", l.live
+        FROM dlock_leases l WHERE l.lock_name LIKE 'tap:priv:set:%' ORDER BY l.lock_name$$,
+    $$VALUES ('tap:priv:set:a', 'dlock_tap_plain', true), ('tap:priv:set:b', 'dlock_tap_plain', true),
+             ('tap:priv:set:c', 'dlock_tap_plain', true)$$,
+    'the leases taken for many names are the ordinary role''s (the calls ran as their caller)'
+);
+SELECT is(
+    dlock_renew_each(ARRAY['tap:priv:set:b', 'tap:priv:set:a', 'tap:priv:set:c'],
+                     (SELECT t.tokens || (SELECT l.token FROM dlock_leases l WHERE l.lock_name = 'tap:priv:set:c')
+                        FROM tap_tokens t WHERE t.who = 'all'),
+                     '2 hours'),
+    ARRAY[true, true, true],
+    'an ordinary role can renew its leases with dlock_renew_each'
+);
+SELECT is(
+    dlock_release_each(ARRAY['tap:priv:set:b', 'tap:priv:set:a', 'tap:priv:set:c'],
+                       (SELECT t.tokens || (SELECT l.token FROM dlock_leases l WHERE l.lock_name = 'tap:priv:set:c')
+                          FROM tap_tokens t WHERE t.who = 'all')),
+    ARRAY[true, true, true],
+    'an ordinary role can release its leases with dlock_release_each'
+);
+
 -- It can protect a table of its own with dlock_fence, and the trigger then
 -- reads the lease table for it (the role itself still cannot).
 CREATE TEMP TABLE tap_fenced (id int PRIMARY KEY, fence_token bigint);
@@ -263,7 +351,7 @@ RESET ROLE;
 -- The denials above changed nothing: the only lease rows are the role's own.
 SELECT results_eq(
     $$SELECT l.lock_name COLLATE "default" FROM dlock_lease l WHERE l.lock_name LIKE 'tap:priv:%' ORDER BY 1$$,
-    ARRAY['tap:priv:fenced', 'tap:priv:plain'],
+    ARRAY['tap:priv:fenced', 'tap:priv:plain', 'tap:priv:set:a', 'tap:priv:set:b', 'tap:priv:set:c'],
     'no lease was forged by the denied statements'
 );
 SELECT results_eq(
