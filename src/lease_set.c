@@ -11,8 +11,10 @@
  *
  * All or nothing (dlock_acquire_all).  The names are taken in one
  * canonical order, the byte order of the lease table's "C" key, in one
- * attempt run in a subtransaction (store_ops.c: DlockStoreTryAcquireAll):
- * when a name is held, the subtransaction is rolled back, so a refused
+ * attempt (store_ops.c: DlockStoreTryAcquireAll): a read without locks
+ * first refuses the set when one of its leases is plainly live, writing
+ * nothing; otherwise the names are taken in a subtransaction, and when a
+ * name is held, the subtransaction is rolled back, so a refused
  * attempt keeps no lease, row lock or name lock, and the caller then waits
  * (wait.c) in the queue of the name that refused it, woken as a single
  * waiter of that name is.  Why two sets never deadlock or livelock: an
@@ -437,7 +439,9 @@ get_tokens(FunctionCallInfo fcinfo, int n)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("lock_names and tokens must have the same length"),
-				 errdetail("lock_names has %d elements, tokens %d.", n, ntokens)));
+				 errdetail_plural("lock_names has %d element, tokens %d.",
+								  "lock_names has %d elements, tokens %d.",
+								  n, n, ntokens)));
 	tokens = palloc(sizeof(int64) * Max(n, 1));
 	for (i = 0; i < n; i++)
 		tokens[i] = DatumGetInt64(elems[i]);

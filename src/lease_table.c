@@ -4,9 +4,9 @@
  *	  Direct access to the lease table (dlock_lease): its one description
  *	  (the columns, found by name), the lookup through its primary key, and
  *	  the hot paths that read and change a lease row without SQL: taking
- *	  over an ended lease, renew, release and break, the 'latest' fence's
- *	  read (through the fence cache when it can) and the 'live' fence's
- *	  lock; and the common case of fencing mode 'seen', locking a mark of
+ *	  over an ended lease, renew, release and break, a set acquire's read
+ *	  of the live leases among its names, the 'latest' fence's read
+ *	  (through the fence cache when it can) and the 'live' fence's lock; and the common case of fencing mode 'seen', locking a mark of
  *	  dlock_fence_mark (DlockMarkLock, for mark.c).  store.c owns the rest
  *	  (its cache, the switch to the table's owner, the SQL statements).
  *
@@ -609,6 +609,42 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 	}
 	lease_close(&la);
 	return result;
+}
+
+/*
+ * DlockLeaseFindLive reads the leases of the n names, in order, with one
+ * fresh snapshot and no lock, and returns the index of the first that is
+ * live at now (setting *held_until to its expiry), or -1.  A read only: a
+ * set acquire (store_ops.c) asks first, so that an attempt that would be
+ * refused by a lease that is plainly live writes nothing; rows changed
+ * after the read are decided by the attempt itself.
+ */
+int
+DlockLeaseFindLive(const DlockLeaseTable *table, text **names, int n,
+				   TimestampTz now, TimestampTz *held_until)
+{
+	LeaseAccess la;
+	Snapshot	snapshot;
+	int			found = -1;
+	int			i;
+
+	lease_open(&la, table);
+	snapshot = RegisterSnapshot(GetLatestSnapshot());
+	for (i = 0; i < n; i++)
+	{
+		LeaseRow	row;
+
+		if (lease_read(&la, snapshot, names[i], &row) &&
+			lease_row_live(&row, now))
+		{
+			*held_until = row.f.expires_at;
+			found = i;
+			break;
+		}
+	}
+	UnregisterSnapshot(snapshot);
+	lease_close(&la);
+	return found;
 }
 
 /*

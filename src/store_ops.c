@@ -196,13 +196,30 @@ acquire_all_op(void *arg)
 }
 
 /*
+ * find_live_op finds the first name of an AcquireAllOp whose lease is live
+ * (DlockLeaseFindLive), setting refused and one.held_until; a StoreOp that
+ * returns whether there is one.  It writes nothing.
+ */
+static bool
+find_live_op(void *arg)
+{
+	AcquireAllOp *a = (AcquireAllOp *) arg;
+
+	a->refused = DlockLeaseFindLive(DlockStoreTable(), a->names, a->nnames,
+									a->one.now, &a->one.held_until);
+	return a->refused >= 0;
+}
+
+/*
  * DlockStoreTryAcquireAll makes one attempt to grant the leases on all n
  * names (distinct, in canonical order: the byte order of the lease table's
  * "C" key) to holder, from now until expires.  On success it stores the
  * new tokens in tokens[] (in the order of names) and returns true.
- * Otherwise it returns false having kept none of them (the attempt ran in
- * a subtransaction, rolled back), sets *refused to the index of the first
- * name that was held and *held_until as DlockStoreTryAcquire does for it.
+ * Otherwise it returns false having kept none of them, sets *refused to
+ * the index of the first name that was held and *held_until as
+ * DlockStoreTryAcquire does for it: a name whose lease is plainly live is
+ * found by a read before anything is written; otherwise the attempt runs
+ * in a subtransaction, rolled back at the first name that refuses.
  * Never waits for another transaction.  Taking the names in one order is
  * what keeps sets from blocking each other (src/lease_set.c's header).
  */
@@ -224,6 +241,14 @@ DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n, text *owner,
 	a.tokens = tokens;
 	a.refused = -1;
 
+	/* a lease that is plainly live refuses the set before anything is written */
+	if (DlockStoreRun(fn_oid, find_live_op, &a, false))
+	{
+		Assert(a.refused >= 0 && a.refused < n);
+		*held_until = a.one.held_until;
+		*refused = a.refused;
+		return false;
+	}
 	granted = DlockStoreRun(fn_oid, acquire_all_op, &a, true);
 	Assert(granted == (a.refused < 0));
 	*held_until = granted ? 0 : a.one.held_until;
@@ -251,7 +276,8 @@ typedef struct ChangeEachOp
 } ChangeEachOp;
 
 /*
- * change_each_op changes the leases of a ChangeEachOp in array order, one
+ * change_each_op changes the leases of a ChangeEachOp in the order of its
+ * items (lease_set.c passes them in byte order of the names), one
  * DlockLeaseChange each, setting each item's outcome and holder; a
  * StoreOp.
  */
