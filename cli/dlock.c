@@ -547,12 +547,13 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 	opt->name = pos[0];
 	opt->names = pos;
 	opt->nnames = npos;
+	/* first, as what it read as more names may have been meant as CMD */
+	if (cmd->fn == DlockRun && opt->cmd == NULL && (opt->all || opt->slots > 0))
+		usage_error(cmd, "missing \"--\" and CMD after the names (with --%s, \"--\" ends the names)",
+					opt->all && opt->slots == 0 ? "all" : "slots");
 	check_names(cmd, opt);
 	if (cmd->max_args == 2)
 		opt->token = parse_token(cmd, pos[1]);
-	if (cmd->fn == DlockRun && opt->cmd == NULL && (opt->all || opt->slots > 0))
-		usage_error(cmd, "missing \"--\" and CMD after the names (with --%s, \"--\" ends the names)",
-					opt->all ? "all" : "slots");
 	if (cmd->fn == DlockRun && (opt->cmd == NULL || opt->cmd[0] == NULL))
 		usage_error(cmd, "missing CMD after %s",
 					(opt->all || opt->slots > 0) ? "\"--\"" : "NAME");

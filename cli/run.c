@@ -637,7 +637,7 @@ succeeded(Run *r)
 /*
  * looks_like_names reports whether a one-name run's CMD has a "--" among
  * its arguments, as "dlock run A B -- CMD" has: its author may have meant
- * a set (which takes --all), for the hint when CMD is not found.
+ * a set (which takes --all), for the hint when CMD cannot be found.
  */
 static bool
 looks_like_names(const DlockOptions *opt)
@@ -689,7 +689,7 @@ start_child(Run *r)
 		execvp(r->opt->cmd[0], r->opt->cmd);
 		err = errno;
 		DlockError("could not execute \"%s\": %s", r->opt->cmd[0], strerror(err));
-		if (err == ENOENT && looks_like_names(r->opt))
+		if ((err == ENOENT || err == EACCES) && looks_like_names(r->opt))
 			DlockError("hint: CMD starts at the argument after NAME; to take several names, give --all (dlock run --all NAME... -- CMD)");
 		_exit(err == ENOENT ? 127 : 126);
 	}
