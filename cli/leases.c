@@ -274,34 +274,37 @@ DlockTextArray(char *const *elems, const bool *only, int n)
 /*
  * DlockParseArray splits the text of a one-dimensional array whose
  * elements are never quoted (int8[], bool[]: '{5,6}', '{t,f}') into
- * *elems (DlockAlloc'd) and returns their number, or -1 when text is not
- * such an array (quotes, nesting, a dimension decoration).
+ * *elems and returns their number, or -1 (and *elems NULL) when text is
+ * not such an array (quotes, nesting, a dimension decoration).  *elems
+ * and the elements are one allocation (DlockAlloc): free(*elems) frees
+ * them all, which a renew every few seconds needs.
  */
 int
 DlockParseArray(const char *text, char ***elems)
 {
 	size_t		len = strlen(text);
+	const char *q;
 	char	   *copy;
 	char	   *p;
-	int			n = 0;
+	int			n = 1;
 	int			i;
 
 	*elems = NULL;
 	if (len < 2 || text[0] != '{' || text[len - 1] != '}' ||
 		strpbrk(text + 1, "{\"\\") != NULL)
 		return -1;
-	copy = DlockStrdup(text + 1);
-	copy[len - 2] = '\0';
-	if (copy[0] == '\0')
+	if (len == 2)
 	{
 		*elems = DlockAlloc(sizeof(char *));
 		return 0;
 	}
-	for (p = copy; *p; p++)
-		if (*p == ',')
+	for (q = text; *q; q++)
+		if (*q == ',')
 			n++;
-	n++;
-	*elems = DlockAlloc(sizeof(char *) * n);
+	*elems = DlockAlloc(sizeof(char *) * n + len);
+	copy = (char *) (*elems + n);
+	memcpy(copy, text + 1, len - 2);
+	copy[len - 2] = '\0';
 	p = copy;
 	for (i = 0; i < n; i++)
 	{

@@ -277,6 +277,7 @@ typedef struct Run
 	int			nheld;
 	bool	   *sent;
 	int			nsent;
+	bool	   *lost;			/* handle_result: the members an answer lost */
 	char	   *held_names;		/* literals of the held members (each) */
 	char	   *held_tokens;
 	int			literal_nheld;	/* nheld when they were made, or -1 */
@@ -833,8 +834,8 @@ answered_false(const Run *r, const PGresult *res, bool *lost)
 	}
 	n = DlockParseArray(PQgetvalue(res, 0, 0), &elems);
 	if (n != r->nsent)
-		return -1;
-	for (i = 0; i < r->leases.n; i++)
+		nfalse = -1;
+	for (i = 0; i < r->leases.n && nfalse >= 0; i++)
 	{
 		if (!r->sent[i])
 			continue;
@@ -844,9 +845,10 @@ answered_false(const Run *r, const PGresult *res, bool *lost)
 			nfalse++;
 		}
 		else if (strcmp(elems[k], "t") != 0)
-			return -1;
+			nfalse = -1;
 		k++;
 	}
+	free(elems);
 	return nfalse;
 }
 
@@ -859,7 +861,7 @@ handle_result(Run *r, int64_t now, PGresult *res)
 	Call		call = r->call;
 	char		why[1200];
 	char		gone[1024];
-	bool	   *lost = r->leases.n > 0 ? DlockAlloc(sizeof(bool) * r->leases.n) : NULL;
+	bool	   *lost = r->lost;
 	int			nlost;
 
 	r->call = CALL_NONE;
@@ -868,7 +870,6 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		/* an SQL error: try again (on this connection) until the deadline */
 		snprintf(why, sizeof(why), "%s", DlockResultError(res));
 		failed(r, now, why);
-		free(lost);
 		return;
 	}
 	nlost = answered_false(r, res, lost);
@@ -877,7 +878,6 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		snprintf(why, sizeof(why), "unexpected answer from the database: \"%.200s\"",
 				 PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0));
 		failed(r, now, why);
-		free(lost);
 		return;
 	}
 	if (call == CALL_RENEW)
@@ -896,7 +896,6 @@ handle_result(Run *r, int64_t now, PGresult *res)
 			else
 				snprintf(why, sizeof(why), "dlock_renew returned false: the lease was broken, or it expired and was taken over");
 			lose(r, now, why, NULL);
-			free(lost);
 			return;
 		}
 
@@ -924,17 +923,14 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		if (late)
 		{
 			lose(r, now, "the renew's answer was read only after the lease's deadline (was dlock stopped, or starved of CPU?)", NULL);
-			free(lost);
 			return;
 		}
 		if (nlost > 0)
 		{
 			/* some members of a set, not all */
 			lose_members(r, now, lost, "dlock_renew_each returned false (broken, or expired and taken over)");
-			free(lost);
 			return;
 		}
-		free(lost);
 		if (r->phase == PH_CONFIRMING)
 			set_phase(r, PH_STARTING);	/* the deadline is proven now */
 		if (r->phase == PH_STARTING &&
@@ -970,15 +966,11 @@ handle_result(Run *r, int64_t now, PGresult *res)
 			else
 				snprintf(why, sizeof(why), "dlock_release returned false: the lease was broken, or it expired and was taken over, before it could be released");
 			lose(r, now, why, NULL);
-			free(lost);
 			return;
 		}
-		free(lost);
 		succeeded(r);
 		set_phase(r, PH_DONE);
 	}
-	else
-		free(lost);
 }
 
 /*
@@ -1279,6 +1271,7 @@ DlockRun(const DlockOptions *opt)
 	r.nheld = r.leases.n;
 	r.held = DlockAlloc(sizeof(bool) * r.leases.n);
 	r.sent = DlockAlloc(sizeof(bool) * r.leases.n);
+	r.lost = DlockAlloc(sizeof(bool) * r.leases.n);
 	for (i = 0; i < (size_t) r.leases.n; i++)
 		r.held[i] = true;
 	r.each = r.leases.n > 1;
