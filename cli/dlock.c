@@ -3,7 +3,7 @@
  * cli/dlock.c
  *	  The dlock command-line tool: command line, help, and the one-shot
  *	  commands acquire, renew, release and status.  "dlock run" is in
- *	  cli/run.c.
+ *	  cli/run.c, the leases of --all and --slots in cli/leases.c.
  *
  * Process model: one process, no threads, no children (except CMD of
  * dlock run, and the short-lived process that sends a cancel request, see
@@ -48,6 +48,8 @@
 #define OPT_DBNAME		(1 << 4)
 #define OPT_SCHEMA		(1 << 5)
 #define OPT_TIMEOUT		(1 << 6)
+#define OPT_ALL			(1 << 7)
+#define OPT_SLOTS		(1 << 8)
 /* the options of every command, which may also precede the command name */
 #define OPT_CONN		(OPT_DBNAME | OPT_SCHEMA | OPT_TIMEOUT)
 
@@ -56,16 +58,19 @@ typedef struct OptionDef
 	const char *long_name;
 	char		short_name;
 	unsigned	bit;
+	bool		has_value;		/* false: a flag (--all) */
 } OptionDef;
 
 static const OptionDef option_defs[] = {
-	{"ttl", 0, OPT_TTL},
-	{"wait", 0, OPT_WAIT},
-	{"owner", 0, OPT_OWNER},
-	{"kill-after", 0, OPT_KILL_AFTER},
-	{"dbname", 'd', OPT_DBNAME},
-	{"schema", 0, OPT_SCHEMA},
-	{"timeout", 0, OPT_TIMEOUT},
+	{"ttl", 0, OPT_TTL, true},
+	{"wait", 0, OPT_WAIT, true},
+	{"owner", 0, OPT_OWNER, true},
+	{"kill-after", 0, OPT_KILL_AFTER, true},
+	{"dbname", 'd', OPT_DBNAME, true},
+	{"schema", 0, OPT_SCHEMA, true},
+	{"timeout", 0, OPT_TIMEOUT, true},
+	{"all", 0, OPT_ALL, false},
+	{"slots", 0, OPT_SLOTS, true},
 };
 
 typedef struct Command
@@ -74,22 +79,30 @@ typedef struct Command
 	const char *synopsis;
 	unsigned	options;
 	int			min_args;		/* positional arguments (CMD not counted) */
-	int			max_args;
+	int			max_args;		/* (with --all: any number of NAMEs) */
 	int			(*fn) (const DlockOptions *opt);
 } Command;
 
 static int	cmd_acquire(const DlockOptions *opt);
+
+/* The call that failed used a function of version 1.2 (--all, --slots). */
+static bool needs_sets = false;
 static int	cmd_renew(const DlockOptions *opt);
 static int	cmd_release(const DlockOptions *opt);
 static int	cmd_status(const DlockOptions *opt);
 
 static const Command commands[] = {
 	{"run",
-		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [--timeout DUR] [-d CONNINFO] NAME -- CMD [ARG...]",
-	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_KILL_AFTER, 1, 1, DlockRun},
+		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [--timeout DUR] [-d CONNINFO] NAME -- CMD [ARG...]\n"
+		"       dlock run [OPTION]... --slots N NAME -- CMD [ARG...]\n"
+		"       dlock run [OPTION]... --all NAME... -- CMD [ARG...]",
+		OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_KILL_AFTER | OPT_ALL | OPT_SLOTS,
+	1, 1, DlockRun},
 	{"acquire",
-		"dlock acquire [--ttl DUR] [--wait DUR] [--owner TEXT] [--timeout DUR] [-d CONNINFO] NAME",
-	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER, 1, 1, cmd_acquire},
+		"dlock acquire [--ttl DUR] [--wait DUR] [--owner TEXT] [--timeout DUR] [-d CONNINFO] NAME\n"
+		"       dlock acquire [OPTION]... --slots N NAME\n"
+		"       dlock acquire [OPTION]... --all NAME...",
+	OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_ALL | OPT_SLOTS, 1, 1, cmd_acquire},
 	{"renew",
 		"dlock renew [--ttl DUR] [--timeout DUR] [-d CONNINFO] NAME TOKEN",
 	OPT_CONN | OPT_TTL, 2, 2, cmd_renew},
@@ -110,7 +123,11 @@ static const char help_text[] =
 "\n"
 "Usage:\n"
 "  dlock run [OPTION]... NAME [--] CMD [ARG]...\n"
+"  dlock run [OPTION]... --slots N NAME -- CMD [ARG]...\n"
+"  dlock run [OPTION]... --all NAME... -- CMD [ARG]...\n"
 "  dlock acquire [OPTION]... NAME\n"
+"  dlock acquire [OPTION]... --slots N NAME\n"
+"  dlock acquire [OPTION]... --all NAME...\n"
 "  dlock renew [OPTION]... NAME TOKEN\n"
 "  dlock release [OPTION]... NAME TOKEN\n"
 "  dlock status [OPTION]... [NAME]\n"
@@ -125,7 +142,13 @@ static const char help_text[] =
 "           SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to dlock are passed on\n"
 "           to CMD; the lease is released after CMD exits.  Options go before\n"
 "           \"--\" (or before CMD); everything after \"--\" is CMD.\n"
-"  acquire  Acquire the lease NAME and print its fencing token.\n"
+"           With --slots N: one of the N permits NAME:1 ... NAME:N, the first\n"
+"           free one.  With --all: every NAME or none, renewed together; if\n"
+"           one of them is lost, CMD is stopped as for a lost lease (exit\n"
+"           76) and the others are released once CMD has exited.  With\n"
+"           either, the names end at \"--\", which is then required.\n"
+"  acquire  Acquire the lease NAME and print its fencing token; with --slots\n"
+"           or --all, print one line \"TOKEN NAME\" per lease taken.\n"
 "  renew    Extend the lease (NAME, TOKEN) to expire --ttl from now.\n"
 "  release  End the lease (NAME, TOKEN).\n"
 "  status   Print the leases (or NAME's) as a table: name, token, holder\n"
@@ -149,6 +172,11 @@ static const char help_text[] =
 "      --timeout=DUR       give up on a call (run: the acquire) that gets no\n"
 "                          answer within DUR: cancel it on the server, exit 69\n"
 "                          (default 30s plus --wait)\n"
+"      --slots=N           run, acquire: take one of the N permits NAME:1 ...\n"
+"                          NAME:N (a semaphore), the first free one, or wait\n"
+"                          for any to be free (N from 1 to 10000)\n"
+"      --all               run, acquire: the NAMEs are a set, taken all or none\n"
+"                          (at most 10000; run: \"--\" ends them)\n"
 "      --help              show this help, then exit\n"
 "  -V, --version           show the version, then exit\n"
 "\n"
@@ -163,7 +191,8 @@ static const char help_text[] =
 "and another client took it), or when the deadline passes first (the\n"
 "database stayed unreachable, or dlock was stopped or starved).  A lost\n"
 "lease is never renewed or released again, so a newer holder's lease is\n"
-"never touched.  CMD starts only with at least 2/3 of the ttl left.  If\n"
+"never touched.  A set (--all) is renewed with one call, and is lost when\n"
+"one of its leases is.  CMD starts only with at least 2/3 of the ttl left.  If\n"
 "dlock itself is killed, CMD gets SIGTERM (Linux).  Signals sent by a\n"
 "terminal (Ctrl-C) reach CMD directly, as it runs in dlock's process\n"
 "group, and are not passed on a second time.  dlock signals CMD's process\n"
@@ -184,11 +213,12 @@ static const char help_text[] =
 "  70       the database reported an error (extension not installed,\n"
 "           permission denied, ttl above dlock.max_ttl, standby...), or a\n"
 "           system call failed (run: CMD not started)\n"
-"  75       not acquired: the lease is held, and --wait ran out, or (run)\n"
-"           it was lost again, or the database answered too slowly for\n"
-"           the ttl, before CMD could start; CMD not started\n"
-"  76       run: the lease was lost while CMD ran, or before dlock could\n"
-"           release it; CMD was stopped\n"
+"  75       not acquired: the lease is held (--all: one of them; --slots:\n"
+"           every permit), and --wait ran out, or (run) it was lost again,\n"
+"           or the database answered too slowly for the ttl, before CMD\n"
+"           could start; CMD not started, nothing held\n"
+"  76       run: the lease (--all: one of the set) was lost while CMD ran,\n"
+"           or before dlock could release it; CMD was stopped\n"
 "  128+S    interrupted by signal S during a call, which is cancelled on\n"
 "           the server (run: before CMD started)\n"
 "\n"
@@ -198,10 +228,16 @@ static const char help_text[] =
 "  PGCONNECT_TIMEOUT: seconds to wait for a connection (default here: 10).\n"
 "  CMD gets DLOCK_NAME (NAME) and DLOCK_TOKEN (the fencing token); carry\n"
 "  the token in every write to tables fenced by the dlock_fence trigger.\n"
+"  With --slots, DLOCK_NAME is the permit taken (NAME:K) and DLOCK_SLOT is\n"
+"  K.  DLOCK_NAMES and DLOCK_TOKENS list every lease held, one per line,\n"
+"  in the order given; a set of several (--all) has no DLOCK_NAME and\n"
+"  DLOCK_TOKEN.\n"
 "\n"
 "Examples:\n"
 "  */5 * * * * dlock run --ttl 2m nightly-report -- /usr/local/bin/report\n"
 "  dlock run --wait 10m -d \"host=db1 dbname=app\" schema-migration -- ./migrate.sh\n"
+"  dlock run --slots 4 --wait 1h backup -- ./backup.sh     # at most 4 at once\n"
+"  dlock run --all account:7 account:42 -- ./transfer.sh   # both or neither\n"
 "  token=$(dlock acquire --ttl 1m deploy) && ... && dlock release deploy \"$token\"\n"
 "  dlock status\n";
 
@@ -243,6 +279,24 @@ parse_duration(const Command *cmd, const char *name, const char *value, int64_t 
 }
 
 /*
+ * parse_slots parses the value of --slots: a number of permits from 1 to
+ * DLOCK_MAX_SET_NAMES, or fails with a usage error.
+ */
+static int
+parse_slots(const Command *cmd, const char *value)
+{
+	const char *p;
+
+	for (p = value; isdigit((unsigned char) *p); p++)
+		;
+	if (p == value || *p != '\0' || p - value > 5 || atoi(value) < 1 ||
+		atoi(value) > DLOCK_MAX_SET_NAMES)
+		usage_error(cmd, "invalid value \"%s\" for --slots: the number of permits, from 1 to %d",
+					value, DLOCK_MAX_SET_NAMES);
+	return atoi(value);
+}
+
+/*
  * parse_option parses the option at argv[i] (and its value, which may be
  * the next argument) for cmd (NULL: before the command name) and returns
  * the index of the next argument.
@@ -277,6 +331,8 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 				def = &option_defs[k];
 		if (def == NULL)
 			usage_error(cmd, "unknown option \"%.*s\"", (int) len + 2, arg);
+		if (eq && !def->has_value)
+			usage_error(cmd, "option --%s takes no value", def->long_name);
 		if (eq)
 			value = eq + 1;
 	}
@@ -287,8 +343,10 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 				def = &option_defs[k];
 		if (def == NULL)
 			usage_error(cmd, "unknown option \"-%c\"", arg[1]);
-		if (arg[2] != '\0')
+		if (arg[2] != '\0' && def->has_value)
 			value = arg + 2;
+		else if (arg[2] != '\0')
+			usage_error(cmd, "option -%c takes no value", arg[1]);
 	}
 	if (((cmd ? cmd->options : OPT_CONN) & def->bit) == 0)
 	{
@@ -297,7 +355,7 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 						def->long_name, cmd->name);
 		usage_error(cmd, "option --%s must follow the command", def->long_name);
 	}
-	if (value == NULL)
+	if (value == NULL && def->has_value)
 	{
 		if (i + 1 >= argc)
 			usage_error(cmd, "option --%s needs a value", def->long_name);
@@ -332,6 +390,12 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 				usage_error(cmd, "--schema must not be empty");
 			opt->schema = value;
 			break;
+		case OPT_ALL:
+			opt->all = true;
+			break;
+		case OPT_SLOTS:
+			opt->slots = parse_slots(cmd, value);
+			break;
 	}
 	return i + 1;
 }
@@ -355,6 +419,54 @@ parse_token(const Command *cmd, const char *text)
 }
 
 /*
+ * name_ptr_cmp orders pointers to names by strcmp(); a qsort comparator.
+ */
+static int
+name_ptr_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/*
+ * check_names refuses (usage error) what a run or an acquire cannot take:
+ * an empty NAME; and with --all or --slots, --all with --slots, several
+ * names with --slots, more than DLOCK_MAX_SET_NAMES names, a name given
+ * twice, or a newline in a name (DLOCK_NAMES and dlock acquire's output
+ * have one lease per line).  Duplicates are found in a sorted copy.
+ */
+static void
+check_names(const Command *cmd, const DlockOptions *opt)
+{
+	const char **sorted;
+	int			i;
+
+	for (i = 0; i < opt->nnames; i++)
+		if (opt->names[i][0] == '\0')
+			usage_error(cmd, "NAME must not be empty");
+	if (!opt->all && opt->slots == 0)
+		return;
+	if (opt->all && opt->slots > 0)
+		usage_error(cmd, "--all and --slots cannot be combined");
+	if (opt->slots > 0 && opt->nnames > 1)
+		usage_error(cmd, "--slots takes one NAME, not %d (the permits are NAME:1 ... NAME:N)",
+					opt->nnames);
+	if (opt->nnames > DLOCK_MAX_SET_NAMES)
+		usage_error(cmd, "too many names (%d): --all takes at most %d",
+					opt->nnames, DLOCK_MAX_SET_NAMES);
+	for (i = 0; i < opt->nnames; i++)
+		if (strchr(opt->names[i], '\n'))
+			usage_error(cmd, "NAME must not contain a newline with --%s (DLOCK_NAMES and the output of acquire have one lease per line)",
+						opt->all ? "all" : "slots");
+	sorted = DlockAlloc(sizeof(char *) * opt->nnames);
+	memcpy(sorted, opt->names, sizeof(char *) * opt->nnames);
+	qsort(sorted, opt->nnames, sizeof(char *), name_ptr_cmp);
+	for (i = 1; i < opt->nnames; i++)
+		if (strcmp(sorted[i - 1], sorted[i]) == 0)
+			usage_error(cmd, "NAME \"%s\" is given twice", sorted[i]);
+	free(sorted);
+}
+
+/*
  * parse_args fills *opt from the command line and returns the command.
  *
  * Options may come anywhere before "--" (for run: before NAME's "--" or
@@ -362,13 +474,16 @@ parse_token(const Command *cmd, const char *text)
  * name.
  * For run, the first argument that is not an option is NAME, and CMD
  * starts at the next one (or after "--"): CMD's own options are never
- * read as dlock's.
+ * read as dlock's.  Once --all or --slots has been read, though, every
+ * argument up to "--" is a NAME, and "--" is required (docs/cli.md,
+ * "Sets and permits"): so a command line that was valid before these
+ * options existed keeps its meaning.
  */
 static const Command *
 parse_args(int argc, char **argv, DlockOptions *opt)
 {
 	const Command *cmd = NULL;
-	const char *pos[2] = {NULL, NULL};
+	const char **pos = DlockAlloc(sizeof(char *) * (argc + 1));
 	int			npos = 0;
 	bool		opts_done = false;
 	int			i = 1;
@@ -377,12 +492,15 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 	while (i < argc)
 	{
 		const char *arg = argv[i];
+		bool		is_run = cmd && cmd->fn == DlockRun;
+		bool		set = opt->all || opt->slots > 0;
 
-		if (!opts_done && strcmp(arg, "--") == 0)
+		/* "--" ends the options, and for run the names (NAME, or a set's) */
+		if (strcmp(arg, "--") == 0 && (!opts_done || (is_run && set && npos >= 1)))
 		{
 			opts_done = true;
 			i++;
-			if (cmd && cmd->fn == DlockRun && npos == 1)
+			if (is_run && npos >= 1)
 			{
 				opt->cmd = &argv[i];
 				break;
@@ -410,13 +528,14 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 			i++;
 			continue;
 		}
-		if (cmd->fn == DlockRun && npos == 1)
+		if (is_run && npos == 1 && !set)
 		{
 			opt->cmd = &argv[i];
 			break;
 		}
-		if (npos == cmd->max_args)
-			usage_error(cmd, "too many arguments (\"%s\")", arg);
+		if (npos == cmd->max_args && !(set && (cmd->options & OPT_ALL)))
+			usage_error(cmd, "too many arguments (\"%s\")%s", arg,
+						(cmd->options & OPT_ALL) ? "; several names need --all" : "");
 		pos[npos++] = arg;
 		i++;
 	}
@@ -426,12 +545,18 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 	if (npos < cmd->min_args)
 		usage_error(cmd, "missing %s", npos == 0 ? "NAME" : "TOKEN");
 	opt->name = pos[0];
-	if (opt->name && opt->name[0] == '\0')
-		usage_error(cmd, "NAME must not be empty");
+	opt->names = pos;
+	opt->nnames = npos;
+	/* first, as what it read as more names may have been meant as CMD */
+	if (cmd->fn == DlockRun && opt->cmd == NULL && (opt->all || opt->slots > 0))
+		usage_error(cmd, "missing \"--\" and CMD after the names (with --%s, \"--\" ends the names)",
+					opt->all && opt->slots == 0 ? "all" : "slots");
+	check_names(cmd, opt);
 	if (cmd->max_args == 2)
 		opt->token = parse_token(cmd, pos[1]);
 	if (cmd->fn == DlockRun && (opt->cmd == NULL || opt->cmd[0] == NULL))
-		usage_error(cmd, "missing CMD after NAME");
+		usage_error(cmd, "missing CMD after %s",
+					(opt->all || opt->slots > 0) ? "\"--\"" : "NAME");
 	/* a waiting acquire is never cut short by the default */
 	if (opt->timeout_ms < 0)
 		opt->timeout_ms = DLOCK_DEFAULT_TIMEOUT_MS + opt->wait_ms;
@@ -490,10 +615,12 @@ call_failed(DlockLink *link, const PGresult *res, const char *what,
 	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
 	if (state && (strcmp(state, "42883") == 0 || strcmp(state, "42P01") == 0 ||
 				  strcmp(state, "3F000") == 0))
-		DlockError("is the dlock extension installed in database \"%s\"?  "
-				   "CREATE EXTENSION dlock installs it; --schema names its schema "
+		DlockError("is the dlock extension installed in database \"%s\"%s?  "
+				   "CREATE EXTENSION dlock installs it%s; --schema names its schema "
 				   "when that is not on the search_path",
-				   link->conn ? PQdb(link->conn) : "?");
+				   link->conn ? PQdb(link->conn) : "?",
+				   needs_sets ? ", in version 1.2 or later (--all and --slots need it)" : "",
+				   needs_sets ? ", ALTER EXTENSION dlock UPDATE updates it" : "");
 	return DLOCK_EXIT_ERROR;
 }
 
@@ -522,94 +649,115 @@ interrupted(const DlockLink *link, const PGresult *res, int signo, const char *w
 }
 
 /*
- * ttl_unknown writes what an acquire that got no answer may have left
- * behind, for its message.
+ * release_quietly releases the leases of l after an interrupted acquire
+ * (one call: dlock_release, or dlock_release_each for a set), ignoring
+ * the outcome, unless no answer comes within --timeout: that is reported
+ * (the leases then end with their ttl).
  */
 static void
-ttl_unknown(const DlockOptions *opt, char *buf, size_t len)
+release_quietly(DlockLink *link, const DlockOptions *opt, const DlockLeases *l)
 {
-	char		ttl[32];
-
-	DlockFormatDuration(opt->ttl_ms, ttl, sizeof(ttl));
-	snprintf(buf, len, "the lease may have been granted all the same, without dlock learning its token: it then ends when its ttl (%s) runs out",
-			 ttl);
-}
-
-/*
- * release_quietly releases (name, token) after an interrupted acquire,
- * ignoring the outcome, unless no answer comes within --timeout: that is
- * reported (the lease then ends with its ttl).
- */
-static void
-release_quietly(DlockLink *link, const DlockOptions *opt, const char *token)
-{
-	const char *values[2] = {opt->name, token};
+	const char *values[2];
+	char	   *tokens = NULL;
 	int			signo;
 	PGresult   *res;
 
-	if (link->state != DLOCK_LINK_IDLE)
+	if (link->state != DLOCK_LINK_IDLE || l->n == 0)
 		return;
-	res = DlockLinkExec(link, DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)"),
-						2, values, opt->timeout_ms, &signo);
+	if (l->n == 1)
+	{
+		values[0] = l->names[0];
+		values[1] = l->tokens[0];
+		res = DlockLinkExec(link, DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)"),
+							2, values, opt->timeout_ms, &signo);
+	}
+	else
+	{
+		values[0] = DlockTextArray(l->names, NULL, l->n);
+		values[1] = tokens = DlockTextArray(l->tokens, NULL, l->n);
+		res = DlockLinkExec(link, DlockSql("SELECT @extschema@.dlock_release_each($1::pg_catalog.text[], $2::pg_catalog.int8[])"),
+							2, values, opt->timeout_ms, &signo);
+		free((void *) values[0]);
+		free(tokens);
+	}
 	if (res == NULL && link->timed_out && signo == 0)
 	{
 		char		ttl[32];
+		char		held[1024];
 
 		DlockFormatDuration(opt->ttl_ms, ttl, sizeof(ttl));
-		DlockError("could not release \"%s\" (token %s): %s; it ends when its ttl (%s) runs out",
-				   opt->name, token, link->errmsg, ttl);
+		DlockLeasesList(l, NULL, held, sizeof(held));
+		DlockError("could not release %s: %s; %s when %s ttl (%s) runs out",
+				   held, link->errmsg, l->n == 1 ? "it ends" : "they end",
+				   l->n == 1 ? "its" : "their", ttl);
 	}
 	PQclear(res);
 }
 
 /*
- * DlockAcquireLease calls dlock_acquire(NAME, --ttl, --wait, owner) on an
- * idle link.  Returns 0 with the token's text in token and the time the
- * call was sent (*sent_at) and answered (*answered_at); 75 when the lease
- * is held; 69 or 70 on failure (reported; 69 also when no answer came
- * within --timeout); 128+signal when a signal interrupted it (a lease
- * granted meanwhile is released again).
+ * DlockAcquireLease takes what opt asks for, on an idle link, in one call:
+ * dlock_acquire(NAME, --ttl, --wait, owner), with --all
+ * dlock_acquire_all(the names, ...), with --slots dlock_acquire_any(the
+ * permits, ...).  Returns 0 with the leases in *l (set up by
+ * DlockLeasesInit) and the time the call was sent (*sent_at) and answered
+ * (*answered_at); 75 when not acquired (held; for a set, one of its
+ * names; for --slots, every permit); 69 or 70 on failure (reported; 69
+ * also when no answer came within --timeout); 128+signal when a signal
+ * interrupted it (leases granted meanwhile are released again).
  */
 int
 DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
-				  char *token, size_t tokenlen, int64_t *sent_at,
-				  int64_t *answered_at)
+				  DlockLeases *l, int64_t *sent_at, int64_t *answered_at)
 {
 	char		ttl[64];
 	char		wait[64];
 	const char *values[4];
+	const char *sql;
 	const char *state;
 	int			signo;
 	PGresult   *res;
-	char		what[600];
+	char		wanted[1024];
+	char		what[1200];
 	char		unknown[300];
+	char		ttlfmt[32];
 
 	DlockInterval(opt->ttl_ms, ttl, sizeof(ttl));
 	DlockInterval(opt->wait_ms, wait, sizeof(wait));
-	values[0] = opt->name;
+	values[0] = l->want_array ? l->want_array : opt->name;
 	values[1] = ttl;
 	values[2] = wait;
 	values[3] = owner;
-	snprintf(what, sizeof(what), "could not acquire \"%s\"", opt->name);
+	if (opt->all)
+		sql = "SELECT @extschema@.dlock_acquire_all($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
+	else if (opt->slots > 0)
+		sql = "SELECT lock_name, token FROM @extschema@.dlock_acquire_any($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
+	else
+		sql = "SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
+	needs_sets = l->want_array != NULL;
+	DlockLeasesWanted(l, opt, wanted, sizeof(wanted));
+	snprintf(what, sizeof(what), "could not acquire %s", wanted);
+	DlockFormatDuration(opt->ttl_ms, ttlfmt, sizeof(ttlfmt));
+	snprintf(unknown, sizeof(unknown),
+			 "the %s may have been granted all the same, without dlock learning %s: %s then %s when %s ttl (%s) runs out",
+			 opt->all ? "leases" : "lease", opt->all ? "their tokens" : "its token",
+			 opt->all ? "they" : "it", opt->all ? "end" : "ends",
+			 opt->all ? "their" : "its", ttlfmt);
 
 	*sent_at = DlockNow();
-	res = DlockLinkExec(link,
-						DlockSql("SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)"),
-						4, values, opt->timeout_ms, &signo);
+	res = DlockLinkExec(link, DlockSql(sql), 4, values, opt->timeout_ms, &signo);
 	*answered_at = DlockNow();
-	ttl_unknown(opt, unknown, sizeof(unknown));
 	if (signo && res == NULL && link->timed_out)
-		DlockError("interrupted by %s while acquiring \"%s\"; %s, so %s",
-				   DlockSignalName(signo), opt->name, link->errmsg, unknown);
+		DlockError("interrupted by %s while acquiring %s; %s, so %s",
+				   DlockSignalName(signo), wanted, link->errmsg, unknown);
 	else if (signo)
-		DlockError("interrupted by %s while acquiring \"%s\"", DlockSignalName(signo), opt->name);
+		DlockError("interrupted by %s while acquiring %s", DlockSignalName(signo), wanted);
 	if (res == NULL)
 	{
 		if (signo)
 			return 128 + signo;
 		return call_failed(link, NULL, what, unknown);
 	}
-	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
+	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
 		int			rc;
 
@@ -621,95 +769,154 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 		PQclear(res);
 		return rc;
 	}
-	if (PQgetisnull(res, 0, 0))
+	/* not acquired: NULL, or no row (dlock_acquire_any) */
+	if (PQntuples(res) == 0 || (PQntuples(res) == 1 && PQgetisnull(res, 0, 0)))
 	{
 		PQclear(res);
 		return signo ? 128 + signo : DLOCK_EXIT_NOT_ACQUIRED;
 	}
-	snprintf(token, tokenlen, "%s", PQgetvalue(res, 0, 0));
+	if (!DlockLeasesTake(l, opt, res))
+	{
+		DlockError("%s: unexpected answer from the database (%d rows, \"%s\")",
+				   what, PQntuples(res), PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "");
+		PQclear(res);
+		return DLOCK_EXIT_ERROR;
+	}
 	PQclear(res);
 	if (signo)
 	{
-		release_quietly(link, opt, token);
+		release_quietly(link, opt, l);
 		return 128 + signo;
 	}
 	return DLOCK_EXIT_OK;
 }
 
 /*
- * DlockDescribeHolder writes who holds NAME's live lease, for the message
+ * DlockDescribeHolder writes who holds what opt asks for, for the message
  * of a refused acquire: 'held by "owner" (token 42, role app, expires in
- * 29.8s)', or a shorter text when that cannot be read (the lease may have
- * ended meanwhile; a call that gets no answer within --timeout is
- * cancelled, and the text says so).
+ * 29.8s)'; for --all and --slots the holders of the live leases among the
+ * names (the first three, in the order given, and how many more), or a
+ * shorter text when that cannot be read (the leases may have ended
+ * meanwhile; a call that gets no answer within --timeout is cancelled,
+ * and the text says so).
  */
 void
-DlockDescribeHolder(DlockLink *link, const DlockOptions *opt, char *buf, size_t len)
+DlockDescribeHolder(DlockLink *link, const DlockOptions *opt,
+					const DlockLeases *l, char *buf, size_t len)
 {
-	const char *values[1] = {opt->name};
-	char		waited[32];
+	const char *values[1];
+	char		waited[64] = "";
 	char		left[32];
+	char		wanted[1024];
 	int			signo;
+	int			i;
+	size_t		n;
 	PGresult   *res = NULL;
 
 	if (opt->wait_ms > 0)
 	{
-		DlockFormatDuration(opt->wait_ms, waited, sizeof(waited));
-		snprintf(buf, len, "\"%s\" is still held after waiting %s", opt->name, waited);
+		DlockFormatDuration(opt->wait_ms, left, sizeof(left));
+		snprintf(waited, sizeof(waited), " after waiting %s", left);
+	}
+	if (l->want_array == NULL)
+	{
+		values[0] = opt->name;
+		snprintf(buf, len, "\"%s\" is %sheld%s", opt->name,
+				 opt->wait_ms > 0 ? "still " : "", waited);
+		if (link->state == DLOCK_LINK_IDLE)
+			res = DlockLinkExec(link,
+								DlockSql("SELECT owner, token, holder_role,"
+										 " (pg_catalog.date_part('epoch', expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8"
+										 " FROM @extschema@.dlock_leases WHERE lock_name OPERATOR(pg_catalog.=) $1 AND live"),
+								1, values, opt->timeout_ms, &signo);
 	}
 	else
-		snprintf(buf, len, "\"%s\" is held", opt->name);
-	if (link->state == DLOCK_LINK_IDLE)
-		res = DlockLinkExec(link,
-							DlockSql("SELECT owner, token, holder_role,"
-									 " (pg_catalog.date_part('epoch', expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8"
-									 " FROM @extschema@.dlock_leases WHERE lock_name OPERATOR(pg_catalog.=) $1 AND live"),
-							1, values, opt->timeout_ms, &signo);
-	if (res == NULL && link->timed_out)
 	{
-		size_t		n = strlen(buf);
-
-		snprintf(buf + n, len - n, " (its holder could not be read: %s)", link->errmsg);
+		values[0] = l->want_array;
+		DlockLeasesWanted(l, opt, wanted, sizeof(wanted));
+		if (opt->slots > 0)
+			snprintf(buf, len, "all %d permits of \"%s\" are %sheld%s",
+					 opt->slots, opt->name, opt->wait_ms > 0 ? "still " : "", waited);
+		else
+			snprintf(buf, len, "not %s are free%s", wanted, waited);
+		if (link->state == DLOCK_LINK_IDLE)
+			res = DlockLinkExec(link,
+								DlockSql("SELECT l.owner, l.token, l.holder_role,"
+										 " (pg_catalog.date_part('epoch', l.expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8,"
+										 " l.lock_name, pg_catalog.count(*) OVER ()"
+										 " FROM pg_catalog.unnest($1::pg_catalog.text[]) WITH ORDINALITY AS w(lock_name, i)"
+										 " JOIN @extschema@.dlock_leases l ON l.lock_name OPERATOR(pg_catalog.=) w.lock_name"
+										 " WHERE l.live ORDER BY w.i LIMIT 3"),
+								1, values, opt->timeout_ms, &signo);
 	}
-	if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1)
+	n = strlen(buf);
+	if (res == NULL && link->timed_out)
+		snprintf(buf + n, len - n, " (%s could not be read: %s)",
+				 l->want_array ? "the holders" : "its holder", link->errmsg);
+	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
-		size_t		n = strlen(buf);
-
+		PQclear(res);
+		return;
+	}
+	if (l->want_array == NULL && PQntuples(res) == 1)
+	{
 		DlockFormatDuration(strtoll(PQgetvalue(res, 0, 3), NULL, 10), left, sizeof(left));
 		snprintf(buf + n, len - n, " by \"%s\" (token %s, role %s, expires in %s)",
 				 PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
 				 PQgetisnull(res, 0, 2) ? "?" : PQgetvalue(res, 0, 2), left);
 	}
+	else if (l->want_array && PQntuples(res) == 0)
+		snprintf(buf + n, len - n, " (none of them is held now)");
+	else if (l->want_array)
+	{
+		for (i = 0; i < PQntuples(res); i++)
+		{
+			n = strlen(buf);
+			DlockFormatDuration(strtoll(PQgetvalue(res, i, 3), NULL, 10), left, sizeof(left));
+			snprintf(buf + n, len - n, "%s\"%s\" is held by \"%s\" (token %s, role %s, expires in %s)",
+					 i == 0 ? ": " : "; ", PQgetvalue(res, i, 4),
+					 PQgetvalue(res, i, 0), PQgetvalue(res, i, 1),
+					 PQgetisnull(res, i, 2) ? "?" : PQgetvalue(res, i, 2), left);
+		}
+		i = atoi(PQgetvalue(res, 0, 5)) - PQntuples(res);
+		n = strlen(buf);
+		if (i > 0)
+			snprintf(buf + n, len - n, "; and %d more", i);
+	}
 	PQclear(res);
 }
 
 /*
- * cmd_acquire is "dlock acquire": prints the token.
+ * cmd_acquire is "dlock acquire": prints the token; with --all or --slots
+ * one line "TOKEN NAME" per lease taken, in the order given.
  */
 static int
 cmd_acquire(const DlockOptions *opt)
 {
 	DlockLink	link;
+	DlockLeases leases;
 	char		owner[512];
-	char		token[32];
 	int64_t		sent_at,
 				answered_at;
 	int			rc;
+	int			i;
+	bool		ok = true;
 
 	if (opt->owner)
 		snprintf(owner, sizeof(owner), "%s", opt->owner);
 	else
 		snprintf(owner, sizeof(owner), "dlock acquire %s ppid %d",
 				 DlockHostname(), (int) getppid());
+	DlockLeasesInit(&leases, opt);
 	connect_or_exit(&link);
 	/* a reader gone from stdout must not kill dlock before it can release */
 	DlockSignalIgnore(SIGPIPE);
-	rc = DlockAcquireLease(&link, opt, owner, token, sizeof(token), &sent_at, &answered_at);
+	rc = DlockAcquireLease(&link, opt, owner, &leases, &sent_at, &answered_at);
 	if (rc == DLOCK_EXIT_NOT_ACQUIRED)
 	{
-		char		holder[1024];
+		char		holder[4096];
 
-		DlockDescribeHolder(&link, opt, holder, sizeof(holder));
+		DlockDescribeHolder(&link, opt, &leases, holder, sizeof(holder));
 		DlockError("not acquired: %s", holder);
 	}
 	if (rc != DLOCK_EXIT_OK)
@@ -717,11 +924,17 @@ cmd_acquire(const DlockOptions *opt)
 		DlockLinkClose(&link);
 		return rc;
 	}
-	if (printf("%s\n", token) < 0 || fflush(stdout) != 0)
+	if (leases.want_array == NULL)
+		ok = printf("%s\n", leases.tokens[0]) >= 0;
+	else
+		for (i = 0; i < leases.n && ok; i++)
+			ok = printf("%s %s\n", leases.tokens[i], leases.names[i]) >= 0;
+	if (!ok || fflush(stdout) != 0)
 	{
-		/* nobody would know the token: give the lease back */
-		DlockError("could not write the token: %s", strerror(errno));
-		release_quietly(&link, opt, token);
+		/* nobody would know the tokens: give the leases back */
+		DlockError("could not write the %s: %s",
+				   leases.want_array ? "tokens" : "token", strerror(errno));
+		release_quietly(&link, opt, &leases);
 		DlockLinkClose(&link);
 		return DLOCK_EXIT_ERROR;
 	}

@@ -44,6 +44,12 @@
 #define DLOCK_DEFAULT_KILL_AFTER_MS 10000
 #define DLOCK_DEFAULT_TIMEOUT_MS	30000	/* plus --wait */
 
+/*
+ * The most names of --all, and the most permits of --slots: the limit of
+ * dlock_acquire_all and dlock_acquire_any (docs/sql-reference.md).
+ */
+#define DLOCK_MAX_SET_NAMES			10000
+
 /* Everything the command line says. */
 typedef struct DlockOptions
 {
@@ -55,10 +61,31 @@ typedef struct DlockOptions
 	int64_t		wait_ms;
 	int64_t		kill_after_ms;
 	int64_t		timeout_ms;		/* --timeout: the longest wait for an answer */
-	const char *name;			/* NAME */
+	const char *name;			/* NAME (the first one, with --all) */
+	const char **names;			/* run, acquire: every NAME, in order */
+	int			nnames;
+	bool		all;			/* --all: the names are a set */
+	int			slots;			/* --slots N: one of N permits; else 0 */
 	int64_t		token;			/* TOKEN of renew and release */
 	char	  **cmd;			/* run: CMD [ARG...], NULL-terminated */
 } DlockOptions;
+
+/*
+ * The leases of run and acquire (cli/leases.c): what is asked for (NAME,
+ * the names of --all, or the permits NAME:1 ... NAME:N of --slots N), and
+ * what is held once acquired, in the order given: one lease, or every
+ * member of a set.
+ */
+typedef struct DlockLeases
+{
+	int			nwant;
+	char	  **want;			/* the names asked for */
+	char	   *want_array;		/* want as an array literal (--all, --slots) */
+	int			n;				/* held: 0 before the acquire, then 1 or nwant */
+	char	  **names;			/* held: points into want */
+	char	  **tokens;			/* held: the tokens, decimal text */
+	int			slot;			/* --slots: the number of the permit held */
+} DlockLeases;
 
 /* One database connection, driven without blocking (cli/conn.c). */
 typedef enum DlockLinkState
@@ -92,6 +119,8 @@ typedef struct DlockLink
 
 /* util.c */
 extern const char *dlock_progname;
+extern void *DlockAlloc(size_t size);
+extern char *DlockStrdup(const char *text);
 extern int64_t DlockNow(void);
 extern bool DlockParseDuration(const char *text, int64_t *ms);
 extern void DlockFormatDuration(int64_t ms, char *buf, size_t len);
@@ -135,12 +164,24 @@ extern bool DlockResultIsTrue(const PGresult *res);
 extern char *DlockSql(const char *fmt);
 extern void DlockInterval(int64_t ms, char *buf, size_t len);
 
+/* leases.c */
+extern void DlockLeasesInit(DlockLeases *l, const DlockOptions *opt);
+extern bool DlockLeasesTake(DlockLeases *l, const DlockOptions *opt,
+							const PGresult *res);
+extern void DlockLeasesWanted(const DlockLeases *l, const DlockOptions *opt,
+							  char *buf, size_t len);
+extern void DlockLeasesList(const DlockLeases *l, const bool *only,
+							char *buf, size_t len);
+extern char *DlockTextArray(char *const *elems, const bool *only, int n);
+extern int	DlockParseArray(const char *text, char ***elems);
+extern bool DlockLeasesSetEnv(const DlockLeases *l);
+
 /* dlock.c */
 extern int	DlockAcquireLease(DlockLink *link, const DlockOptions *opt,
-							  const char *owner, char *token, size_t tokenlen,
+							  const char *owner, DlockLeases *l,
 							  int64_t *sent_at, int64_t *answered_at);
 extern void DlockDescribeHolder(DlockLink *link, const DlockOptions *opt,
-								char *buf, size_t len);
+								const DlockLeases *l, char *buf, size_t len);
 
 /* run.c */
 extern int	DlockRun(const DlockOptions *opt);

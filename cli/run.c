@@ -1,12 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * cli/run.c
- *	  dlock run: acquire a lease, run a command under it, renew it while
- *	  the command runs, release it when the command exits, and stop the
- *	  command when the lease is lost.
+ *	  dlock run: acquire a lease (or a set, or one of N permits), run a
+ *	  command under it, renew it while the command runs, release it when
+ *	  the command exits, and stop the command when the lease is lost.
  *
  * Process model.  One dlock process, one child (CMD), no threads.  dlock
- * forks CMD with DLOCK_NAME and DLOCK_TOKEN in its environment, in
+ * forks CMD with DLOCK_NAME and DLOCK_TOKEN in its environment (and the
+ * other variables of cli/leases.c, DlockLeasesSetEnv), in
  * dlock's own process group (so a terminal's Ctrl-C and Ctrl-Z reach both,
  * and CMD can read the terminal), and then runs one poll() loop over the
  * self-pipe of its signal handlers (cli/signals.c) and the socket of its
@@ -76,10 +77,15 @@
  *               -> LOST        a release or renew returned false (exit 76,
  *                              or why CMD never started)
  *   STOPPING    the lease is lost while CMD runs: CMD got SIGTERM; nothing
- *               more is sent to the database.
+ *               more is sent to the database, except for a set (see
+ *               "Sets" below) the renews of the members still held.
  *               -> KILLING     CMD still runs --kill-after later: SIGKILL
+ *               -> RELEASING   CMD exited, members of a set are left
+ *                              (exit 76)
  *               -> LOST        CMD exited (exit 76)
  *   KILLING     CMD got SIGKILL.
+ *               -> RELEASING   CMD exited, members of a set are left
+ *                              (exit 76)
  *               -> LOST        CMD exited (exit 76)
  *   LOST, DONE  final: dlock exits.
  *   FAILED      final, from any phase but ACQUIRING and EXITED: poll()
@@ -125,6 +131,20 @@
  *     it).  A release or renew that returns false after CMD exited, or a
  *     deadline found passed when dlock wakes up, means the lease may have
  *     ended while CMD ran: dlock exits 76 then too.
+ *   - Sets (--all, several names): one deadline for the whole set, since
+ *     every renew renews all its members in one statement on the one
+ *     connection (dlock_renew_each; the deadline counts from its sending,
+ *     as for one lease), and the release is one statement too
+ *     (dlock_release_each).  A renew that returns false for every member
+ *     loses the set as above.  One that returns false for some members
+ *     (one was broken, or expired and was taken over) loses those: they
+ *     are never renewed or released again, and the set counts as lost
+ *     (lose_members): CMD gets SIGTERM (STOPPING) and dlock exits 76, but
+ *     the members still held are renewed on, by the same rules, until CMD
+ *     has exited, and then released (RELEASING), so that no other job
+ *     takes them while CMD may still use them.  Before CMD started they
+ *     are released at once (exit 75).  --slots holds one lease, the permit
+ *     it got, and is a run of one lease in every respect.
  *   - If dlock itself dies (SIGKILL, OOM killer), CMD gets SIGTERM
  *     (PR_SET_PDEATHSIG, on Linux), since nobody renews the lease any more.
  *     dlock ignores SIGPIPE (CMD gets its original disposition back), so
@@ -200,8 +220,9 @@ static const unsigned legal_next[NPHASES] = {
 	[PH_RUNNING] = PH(PH_EXITED) | PH(PH_STOPPING) | PH(PH_FAILED),
 	[PH_EXITED] = PH(PH_RELEASING) | PH(PH_LOST),
 	[PH_RELEASING] = PH(PH_DONE) | PH(PH_LOST) | PH(PH_FAILED),
-	[PH_STOPPING] = PH(PH_KILLING) | PH(PH_LOST) | PH(PH_FAILED),
-	[PH_KILLING] = PH(PH_LOST) | PH(PH_FAILED),
+	[PH_STOPPING] = PH(PH_KILLING) | PH(PH_RELEASING) | PH(PH_LOST) |
+	PH(PH_FAILED),
+	[PH_KILLING] = PH(PH_RELEASING) | PH(PH_LOST) | PH(PH_FAILED),
 	[PH_LOST] = 0,
 	[PH_DONE] = 0,
 	[PH_FAILED] = 0,
@@ -209,10 +230,14 @@ static const unsigned legal_next[NPHASES] = {
 
 /*
  * The phases in which dlock holds the lease (as far as it knows), and so
- * talks to the database: renews, releases, reconnects.
+ * talks to the database: renews, releases, reconnects.  A set that lost a
+ * member while CMD ran holds the others in STOPPING and KILLING too: see
+ * holds().
  */
 #define PH_HOLDING	(PH(PH_CONFIRMING) | PH(PH_STARTING) | PH(PH_RUNNING) | \
 					 PH(PH_EXITED) | PH(PH_RELEASING))
+/* The phases in which CMD is being stopped after a loss. */
+#define PH_STOPPING_CMD	(PH(PH_STOPPING) | PH(PH_KILLING))
 /* The phases in which CMD runs (has been started and not reaped). */
 #define PH_CMD_RUNS	(PH(PH_RUNNING) | PH(PH_STOPPING) | PH(PH_KILLING))
 /* The final phases: dlock exits. */
@@ -233,10 +258,31 @@ typedef struct Run
 	const DlockOptions *opt;
 	Phase		phase;			/* changed by set_phase() only */
 	DlockLink	link;
-	char		token[32];
 	char		ttl_text[64];
 	char	   *renew_sql;
 	char	   *release_sql;
+
+	/*
+	 * The leases: one, or the members of a set (each: renewed and released
+	 * with the _each functions).  held[i] says whether leases.names[i] is
+	 * still held: a member whose renew returned false is lost, and only
+	 * the others are renewed and released from then on; lose() clears them
+	 * all.  sent[] is held[] as it was when the call in flight was sent,
+	 * which its answer's elements follow.  The array literals of the held
+	 * members are kept until nheld changes.
+	 */
+	DlockLeases leases;
+	bool		each;
+	bool	   *held;
+	int			nheld;
+	bool	   *sent;
+	int			nsent;
+	bool	   *lost;			/* handle_result: the members an answer lost */
+	char	   *held_names;		/* literals of the held members (each) */
+	char	   *held_tokens;
+	int			literal_nheld;	/* nheld when they were made, or -1 */
+	bool		member_lost;	/* a member of a set was lost (exit 76) */
+	char		label[1200];	/* 'lease on "a" (token 5)', for messages */
 
 	/*
 	 * The lease: in CONFIRMING the deadline is only a give-up time, from
@@ -283,6 +329,19 @@ typedef struct Run
 
 static void reap(Run *r);
 
+/*
+ * holds reports whether dlock holds leases (as far as it knows) and so
+ * talks to the database: in the holding phases, and in STOPPING and
+ * KILLING while members of a set are left (a set that lost a member while
+ * CMD ran keeps the others until CMD has exited, then releases them).
+ */
+static bool
+holds(const Run *r)
+{
+	return PHASE_IN(r, PH_HOLDING) ||
+		(PHASE_IN(r, PH_STOPPING_CMD) && r->nheld > 0);
+}
+
 /* Backstop state, shared with the SIGALRM handler (see the header). */
 static volatile sig_atomic_t backstop_pid;
 static volatile sig_atomic_t backstop_fired;
@@ -316,6 +375,9 @@ exit_status(const Run *r)
 	switch (r->phase)
 	{
 		case PH_DONE:
+			/* a set that lost a member while CMD ran: CMD was stopped */
+			if (r->member_lost && r->child > 0)
+				return DLOCK_EXIT_LOST;
 			/* released, or left to expire; or never acquired */
 			return r->status;
 		case PH_LOST:
@@ -394,7 +456,7 @@ say(const Run *r, const char *fmt,...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	DlockError("lease on \"%s\" (token %s): %s", r->opt->name, r->token, msg);
+	DlockError("%s: %s", r->label, msg);
 }
 
 /*
@@ -432,18 +494,26 @@ stop_child(Run *r, int64_t now)
 }
 
 /*
- * lose marks the lease lost: nothing more is sent to the database, and a
- * running CMD is stopped (STOPPING); otherwise the run is over (LOST).
- * why is one line; detail, when not NULL, is the last error (libpq's,
- * possibly several lines), printed after it.
+ * lose marks the lease (every lease still held, for a set) lost: nothing
+ * more is sent to the database, and a running CMD is stopped (STOPPING);
+ * a CMD being stopped already is left to that; otherwise the run is over
+ * (LOST).  why is one line; detail, when not NULL, is the last error
+ * (libpq's, possibly several lines), printed after it.
  */
 static void
 lose(Run *r, int64_t now, const char *why, const char *detail)
 {
 	char		ka[32];
+	char		rest[1024] = "";
+	int			i;
 
+	if (r->member_lost)
+		DlockLeasesList(&r->leases, r->held, rest, sizeof(rest));
 	DlockLinkDrop(&r->link, NULL);
 	r->call = CALL_NONE;
+	for (i = 0; i < r->leases.n; i++)
+		r->held[i] = false;
+	r->nheld = 0;
 	reap(r);					/* for the message: is CMD still running? */
 	if (r->phase == PH_RUNNING)
 	{
@@ -452,6 +522,11 @@ lose(Run *r, int64_t now, const char *why, const char *detail)
 			why, (int) r->child, ka);
 		stop_child(r, now);
 		set_phase(r, PH_STOPPING);
+	}
+	else if (PHASE_IN(r, PH_STOPPING_CMD) || r->phase == PH_LOST)
+	{
+		/* a set's members left while CMD is (or was just) being stopped */
+		say(r, "lost %s too: %s", rest, why);
 	}
 	else
 	{
@@ -463,6 +538,55 @@ lose(Run *r, int64_t now, const char *why, const char *detail)
 	}
 	if (detail && *detail)
 		DlockError("last error: %s", detail);
+}
+
+/*
+ * lose_members marks the members of a set for which lost is true lost
+ * (their renew returned false), when others are left: the set counts as
+ * lost.  A running CMD is stopped, and the others stay held (renewed)
+ * until it has exited, then they are released (STOPPING, then
+ * RELEASING); before CMD started, they are released at once and dlock
+ * exits 75; after CMD exited, the release goes on for the others, and
+ * dlock exits 76.  A lost member is never renewed or released again.
+ */
+static void
+lose_members(Run *r, int64_t now, const bool *lost, const char *why)
+{
+	char		gone[1024];
+	char		rest[1024];
+	char		ka[32];
+	int			i;
+
+	DlockLeasesList(&r->leases, lost, gone, sizeof(gone));
+	for (i = 0; i < r->leases.n; i++)
+		if (lost[i] && r->held[i])
+		{
+			r->held[i] = false;
+			r->nheld--;
+		}
+	r->member_lost = true;
+	DlockLeasesList(&r->leases, r->held, rest, sizeof(rest));
+	switch (r->phase)
+	{
+		case PH_RUNNING:
+			DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
+			say(r, "lost %s: %s; the set is lost: stopping CMD (pid %d) with SIGTERM, SIGKILL in %s; still holding %s until CMD has exited, then releasing %s",
+				gone, why, (int) r->child, ka, rest, r->nheld == 1 ? "it" : "them");
+			stop_child(r, now);
+			set_phase(r, PH_STOPPING);
+			break;
+		case PH_CONFIRMING:
+		case PH_STARTING:
+			say(r, "lost %s before CMD could start: %s; releasing %s",
+				gone, why, rest);
+			set_phase(r, PH_RELEASING);
+			break;
+		default:
+			/* RELEASING, or CMD is being stopped already */
+			say(r, "lost %s: %s; releasing %s%s", gone, why, rest,
+				r->phase == PH_RELEASING ? "" : " once CMD has exited");
+			break;
+	}
 }
 
 /*
@@ -512,6 +636,24 @@ succeeded(Run *r)
 }
 
 /*
+ * looks_like_names reports whether a one-name run's CMD has a "--" among
+ * its arguments, as "dlock run A B -- CMD" has: its author may have meant
+ * a set (which takes --all), for the hint when CMD cannot be found.
+ */
+static bool
+looks_like_names(const DlockOptions *opt)
+{
+	char	  **a;
+
+	if (opt->all || opt->slots > 0)
+		return false;
+	for (a = opt->cmd + 1; *a; a++)
+		if (strcmp(*a, "--") == 0)
+			return true;
+	return false;
+}
+
+/*
  * start_child forks and executes CMD (STARTING -> RUNNING); if it cannot,
  * the lease is released and dlock exits 70 (STARTING -> RELEASING).
  */
@@ -522,8 +664,7 @@ start_child(Run *r)
 	pid_t		parent = getpid();
 	pid_t		pid;
 
-	if (setenv("DLOCK_NAME", r->opt->name, 1) != 0 ||
-		setenv("DLOCK_TOKEN", r->token, 1) != 0)
+	if (!DlockLeasesSetEnv(&r->leases))
 	{
 		DlockError("could not set the environment of CMD: %s", strerror(errno));
 		r->status = DLOCK_EXIT_ERROR;
@@ -549,6 +690,8 @@ start_child(Run *r)
 		execvp(r->opt->cmd[0], r->opt->cmd);
 		err = errno;
 		DlockError("could not execute \"%s\": %s", r->opt->cmd[0], strerror(err));
+		if ((err == ENOENT || err == EACCES) && looks_like_names(r->opt))
+			DlockError("hint: CMD starts at the argument after NAME; to take several names, give --all (dlock run --all NAME... -- CMD)");
 		_exit(err == ENOENT ? 127 : 126);
 	}
 	DlockSignalsUnblock(&old);
@@ -569,7 +712,8 @@ start_child(Run *r)
  * CMD that ran under a held lease leaves RUNNING for EXITED: whether the
  * lease was held until then is decided by the caller, from a clock reading
  * taken after reap (see DlockRun's loop).  A CMD that was being stopped
- * after the loss ends the run (LOST).
+ * after the loss ends the run (LOST), unless members of a set are left to
+ * release (RELEASING).
  */
 static void
 reap(Run *r)
@@ -603,6 +747,16 @@ reap(Run *r)
 	set_backstop(0, 0);
 	if (r->phase == PH_RUNNING)
 		set_phase(r, PH_EXITED);
+	else if (r->nheld > 0)
+	{
+		char		rest[1024];
+
+		/* a set lost a member: release the others now that CMD is done */
+		DlockLeasesList(&r->leases, r->held, rest, sizeof(rest));
+		say(r, "CMD %s after the set was lost; releasing %s",
+			status_text(r->status), rest);
+		set_phase(r, PH_RELEASING);
+	}
 	else
 	{
 		say(r, "CMD %s after the lease was lost", status_text(r->status));
@@ -652,6 +806,53 @@ handle_signals(Run *r)
 }
 
 /*
+ * answered_false reads the answer res of the renew or release in flight:
+ * one boolean, or for a set one per member sent (dlock_renew_each,
+ * dlock_release_each, in the order sent).  Sets lost[i] for each member
+ * (index into leases) whose answer is false, and returns how many are, or
+ * -1 when res is not such an answer.
+ */
+static int
+answered_false(const Run *r, const PGresult *res, bool *lost)
+{
+	char	  **elems;
+	int			n,
+				i,
+				k = 0,
+				nfalse = 0;
+
+	memset(lost, 0, sizeof(bool) * r->leases.n);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1 ||
+		PQgetisnull(res, 0, 0))
+		return -1;
+	if (!r->each)
+	{
+		if (DlockResultIsTrue(res))
+			return 0;
+		lost[0] = true;
+		return 1;
+	}
+	n = DlockParseArray(PQgetvalue(res, 0, 0), &elems);
+	if (n != r->nsent)
+		nfalse = -1;
+	for (i = 0; i < r->leases.n && nfalse >= 0; i++)
+	{
+		if (!r->sent[i])
+			continue;
+		if (strcmp(elems[k], "f") == 0)
+		{
+			lost[i] = true;
+			nfalse++;
+		}
+		else if (strcmp(elems[k], "t") != 0)
+			nfalse = -1;
+		k++;
+	}
+	free(elems);
+	return nfalse;
+}
+
+/*
  * handle_result takes the answer of the call in flight.
  */
 static void
@@ -659,6 +860,9 @@ handle_result(Run *r, int64_t now, PGresult *res)
 {
 	Call		call = r->call;
 	char		why[1200];
+	char		gone[1024];
+	bool	   *lost = r->lost;
+	int			nlost;
 
 	r->call = CALL_NONE;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
@@ -668,14 +872,30 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		failed(r, now, why);
 		return;
 	}
+	nlost = answered_false(r, res, lost);
+	if (nlost < 0)
+	{
+		snprintf(why, sizeof(why), "unexpected answer from the database: \"%.200s\"",
+				 PQgetisnull(res, 0, 0) ? "NULL" : PQgetvalue(res, 0, 0));
+		failed(r, now, why);
+		return;
+	}
 	if (call == CALL_RENEW)
 	{
 		sigset_t	old;
 		bool		late;
 
-		if (!DlockResultIsTrue(res))
+		if (nlost > 0 && nlost == r->nheld)
 		{
-			lose(r, now, "dlock_renew returned false: the lease was broken, or it expired and was taken over", NULL);
+			if (r->each)
+			{
+				DlockLeasesList(&r->leases, lost, gone, sizeof(gone));
+				snprintf(why, sizeof(why), "dlock_renew_each returned false for %s: %s broken, or expired and taken over",
+						 gone, nlost == 1 ? "it was" : "they were");
+			}
+			else
+				snprintf(why, sizeof(why), "dlock_renew returned false: the lease was broken, or it expired and was taken over");
+			lose(r, now, why, NULL);
 			return;
 		}
 
@@ -685,11 +905,12 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		 * With signals blocked, so that the backstop (which may have sent
 		 * CMD SIGTERM already) cannot fire between this check and its
 		 * re-arming.  Once CMD is done (RELEASING) a late answer is
-		 * harmless: CMD ran under the lease to its end.
+		 * harmless: CMD ran under the lease to its end.  While CMD is being
+		 * stopped (a set's other members), the backstop is off.
 		 */
 		DlockSignalsBlock(&old);
 		late = r->phase != PH_RELEASING &&
-			(backstop_fired || DlockNow() >= r->deadline);
+			((r->phase == PH_RUNNING && backstop_fired) || DlockNow() >= r->deadline);
 		if (!late)
 		{
 			succeeded(r);
@@ -702,6 +923,12 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		if (late)
 		{
 			lose(r, now, "the renew's answer was read only after the lease's deadline (was dlock stopped, or starved of CPU?)", NULL);
+			return;
+		}
+		if (nlost > 0)
+		{
+			/* some members of a set, not all */
+			lose_members(r, now, lost, "dlock_renew_each returned false (broken, or expired and taken over)");
 			return;
 		}
 		if (r->phase == PH_CONFIRMING)
@@ -728,9 +955,17 @@ handle_result(Run *r, int64_t now, PGresult *res)
 	}
 	else if (call == CALL_RELEASE)
 	{
-		if (!DlockResultIsTrue(res))
+		if (nlost > 0)
 		{
-			lose(r, now, "dlock_release returned false: the lease was broken, or it expired and was taken over, before it could be released", NULL);
+			if (r->each)
+			{
+				DlockLeasesList(&r->leases, lost, gone, sizeof(gone));
+				snprintf(why, sizeof(why), "dlock_release_each returned false for %s: %s broken, or expired and taken over, before %s could be released",
+						 gone, nlost == 1 ? "it was" : "they were", nlost == 1 ? "it" : "they");
+			}
+			else
+				snprintf(why, sizeof(why), "dlock_release returned false: the lease was broken, or it expired and was taken over, before it could be released");
+			lose(r, now, why, NULL);
 			return;
 		}
 		succeeded(r);
@@ -764,15 +999,42 @@ handle_interrupt(Run *r)
 }
 
 /*
+ * call_params sets values[0] and values[1] to the names and tokens of the
+ * leases held, for the next renew or release (array literals for a set,
+ * remade only when a member was lost), and notes them as sent.
+ */
+static void
+call_params(Run *r, const char **values)
+{
+	memcpy(r->sent, r->held, sizeof(bool) * r->leases.n);
+	r->nsent = r->nheld;
+	if (!r->each)
+	{
+		values[0] = r->leases.names[0];
+		values[1] = r->leases.tokens[0];
+		return;
+	}
+	if (r->literal_nheld != r->nheld)
+	{
+		free(r->held_names);
+		free(r->held_tokens);
+		r->held_names = DlockTextArray(r->leases.names, r->held, r->leases.n);
+		r->held_tokens = DlockTextArray(r->leases.tokens, r->held, r->leases.n);
+		r->literal_nheld = r->nheld;
+	}
+	values[0] = r->held_names;
+	values[1] = r->held_tokens;
+}
+
+/*
  * drive_link sends the next call, or reconnects, when it is time.
  */
 static void
 drive_link(Run *r, int64_t now)
 {
 	const char *values[3];
-	char		token_param[32];
 
-	if (!PHASE_IN(r, PH_HOLDING))
+	if (!holds(r))
 		return;
 	if ((r->link.state == DLOCK_LINK_CONNECTING || r->link.state == DLOCK_LINK_BUSY) &&
 		now >= r->attempt_end)
@@ -793,12 +1055,9 @@ drive_link(Run *r, int64_t now)
 	}
 	if (r->link.state != DLOCK_LINK_IDLE)
 		return;
-	snprintf(token_param, sizeof(token_param), "%s", r->token);
-	values[0] = r->opt->name;
-	values[1] = token_param;
-	values[2] = r->ttl_text;
 	if (r->phase == PH_RELEASING)
 	{
+		call_params(r, values);
 		r->sent_at = DlockNow();
 		r->call = CALL_RELEASE;
 		if (!DlockLinkSend(&r->link, r->release_sql, 2, values))
@@ -808,6 +1067,8 @@ drive_link(Run *r, int64_t now)
 	}
 	else if (now >= r->next_renew)
 	{
+		call_params(r, values);
+		values[2] = r->ttl_text;
 		/* the deadline counts from here: take the time before sending */
 		r->sent_at = DlockNow();
 		r->call = CALL_RENEW;
@@ -828,7 +1089,7 @@ next_wake(const Run *r)
 	int64_t		wake = INT64_MAX;
 
 #define EARLIER(t) do { if ((t) < wake) wake = (t); } while (0)
-	if (PHASE_IN(r, PH_HOLDING))
+	if (holds(r))
 	{
 		EARLIER(r->deadline);
 		switch (r->link.state)
@@ -848,7 +1109,7 @@ next_wake(const Run *r)
 				break;
 		}
 	}
-	else if (r->phase == PH_STOPPING)
+	if (r->phase == PH_STOPPING)
 		EARLIER(r->term_at + r->opt->kill_after_ms);
 #undef EARLIER
 	return wake == INT64_MAX ? -1 : wake;
@@ -864,7 +1125,7 @@ check_deadline(Run *r, int64_t now)
 {
 	char		late[32];
 
-	if (!PHASE_IN(r, PH_HOLDING))
+	if (!holds(r))
 		return;
 	if (now < r->deadline)
 	{
@@ -874,9 +1135,12 @@ check_deadline(Run *r, int64_t now)
 	}
 	if (r->phase == PH_CONFIRMING)
 	{
+		char		held[1024];
+
 		DlockLinkDrop(&r->link, NULL);
-		DlockError("acquired \"%s\" (token %s) after waiting, but could not confirm it with a renew: %s",
-				   r->opt->name, r->token,
+		DlockLeasesList(&r->leases, r->held, held, sizeof(held));
+		DlockError("acquired %s after waiting, but could not confirm %s with a renew: %s",
+				   held, r->nheld == 1 ? "it" : "them",
 				   r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
 		set_phase(r, PH_LOST);
 		return;
@@ -884,8 +1148,9 @@ check_deadline(Run *r, int64_t now)
 	if (r->phase == PH_RELEASING)
 	{
 		/* CMD finished (or never started) while the lease was held */
-		say(r, "not released: %s; it has expired by now",
-			r->link.errmsg[0] ? r->link.errmsg : "no answer in time");
+		say(r, "not released: %s; %s expired by now",
+			r->link.errmsg[0] ? r->link.errmsg : "no answer in time",
+			r->nheld == 1 ? "it has" : "they have");
 		set_phase(r, PH_DONE);
 		return;
 	}
@@ -944,6 +1209,7 @@ DlockRun(const DlockOptions *opt)
 	PGconn	   *conn;
 	char		owner[512];
 	int64_t		answered_at;
+	char		held[1024];
 	static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 	size_t		i;
 
@@ -952,9 +1218,9 @@ DlockRun(const DlockOptions *opt)
 	r.phase = PH_ACQUIRING;
 	r.status = DLOCK_EXIT_NOT_ACQUIRED;
 	r.backoff = BACKOFF_MIN_MS;
+	r.literal_nheld = -1;
 	DlockInterval(opt->ttl_ms, r.ttl_text, sizeof(r.ttl_text));
-	r.renew_sql = DlockSql("SELECT @extschema@.dlock_renew($1, $2::pg_catalog.int8, $3::pg_catalog.interval)");
-	r.release_sql = DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)");
+	DlockLeasesInit(&r.leases, opt);
 	if (opt->owner)
 		snprintf(owner, sizeof(owner), "%s", opt->owner);
 	else
@@ -981,13 +1247,13 @@ DlockRun(const DlockOptions *opt)
 		/* a closed stderr must not kill dlock while it holds a lease */
 		DlockSignalIgnore(SIGPIPE);
 
-		r.status = DlockAcquireLease(&r.link, opt, owner, r.token,
-									 sizeof(r.token), &r.sent_at, &answered_at);
+		r.status = DlockAcquireLease(&r.link, opt, owner, &r.leases,
+									 &r.sent_at, &answered_at);
 		if (r.status == DLOCK_EXIT_NOT_ACQUIRED)
 		{
-			char		holder[1024];
+			char		holder[4096];
 
-			DlockDescribeHolder(&r.link, opt, holder, sizeof(holder));
+			DlockDescribeHolder(&r.link, opt, &r.leases, holder, sizeof(holder));
 			DlockError("not acquired: %s", holder);
 		}
 	}
@@ -996,6 +1262,32 @@ DlockRun(const DlockOptions *opt)
 		set_phase(&r, PH_DONE);
 		return exit_status(&r);
 	}
+
+	/*
+	 * What is held: one lease, or a set of several, renewed and released
+	 * with one call each (design.md §9: every call's arguments are
+	 * parameters, here array literals).
+	 */
+	r.nheld = r.leases.n;
+	r.held = DlockAlloc(sizeof(bool) * r.leases.n);
+	r.sent = DlockAlloc(sizeof(bool) * r.leases.n);
+	r.lost = DlockAlloc(sizeof(bool) * r.leases.n);
+	for (i = 0; i < (size_t) r.leases.n; i++)
+		r.held[i] = true;
+	r.each = r.leases.n > 1;
+	if (r.each)
+	{
+		r.renew_sql = DlockSql("SELECT @extschema@.dlock_renew_each($1::pg_catalog.text[], $2::pg_catalog.int8[], $3::pg_catalog.interval)");
+		r.release_sql = DlockSql("SELECT @extschema@.dlock_release_each($1::pg_catalog.text[], $2::pg_catalog.int8[])");
+	}
+	else
+	{
+		r.renew_sql = DlockSql("SELECT @extschema@.dlock_renew($1, $2::pg_catalog.int8, $3::pg_catalog.interval)");
+		r.release_sql = DlockSql("SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)");
+	}
+	DlockLeasesList(&r.leases, NULL, held, sizeof(held));
+	snprintf(r.label, sizeof(r.label), "%s %s",
+			 r.each ? "leases on" : "lease on", held);
 
 	/*
 	 * The lease is ours.  See "Timing rules" in the header: unless the
@@ -1040,7 +1332,7 @@ DlockRun(const DlockOptions *opt)
 		/* 3. signals */
 		wake_now = handle_signals(&r);
 		/* 4. the connection */
-		if (PHASE_IN(&r, PH_HOLDING))
+		if (holds(&r))
 		{
 			ev = DlockLinkProgress(&r.link, &res);
 			if (ev == DLOCK_LINK_RESULT)
@@ -1060,7 +1352,7 @@ DlockRun(const DlockOptions *opt)
 		fds[0].fd = DlockSignalFd();
 		fds[0].events = POLLIN;
 		fds[0].revents = 0;
-		if (PHASE_IN(&r, PH_HOLDING) && DlockLinkPollEvents(&r.link))
+		if (holds(&r) && DlockLinkPollEvents(&r.link))
 		{
 			fds[1].fd = PQsocket(r.link.conn);
 			fds[1].events = DlockLinkPollEvents(&r.link);

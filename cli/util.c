@@ -2,7 +2,7 @@
  *
  * cli/util.c
  *	  Small helpers of the dlock command-line tool: the monotonic clock,
- *	  durations ("500ms", "30s", "2m", "1h", "1m30s"), messages.
+ *	  durations ("500ms", "30s", "2m", "1h", "1m30s"), messages, memory.
  *
  * Concurrency: none.  DlockNow() is also called from the SIGALRM handler
  * of cli/run.c; it only calls clock_gettime(), which is
@@ -43,6 +43,34 @@ DlockNow(void)
 	if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
 		abort();				/* cannot happen for CLOCK_MONOTONIC */
 	return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * DlockAlloc returns size bytes of zeroed memory, or exits 70 when there
+ * is none.  dlock is short-lived: what it allocates lives until it exits.
+ */
+void *
+DlockAlloc(size_t size)
+{
+	void	   *p = calloc(1, size > 0 ? size : 1);
+
+	if (p == NULL)
+	{
+		DlockError("out of memory");
+		exit(DLOCK_EXIT_ERROR);
+	}
+	return p;
+}
+
+/*
+ * DlockStrdup returns a copy of text made with DlockAlloc.
+ */
+char *
+DlockStrdup(const char *text)
+{
+	size_t		n = strlen(text) + 1;
+
+	return memcpy(DlockAlloc(n), text, n);
 }
 
 /*
