@@ -16,16 +16,30 @@
  * only ever means "the lease lasted until its ttl", which every holder
  * must already expect of a crash between its release and the reply.
  *
- * When it applies: the release runs in a transaction of its own - not in a
- * transaction block (BEGIN, or several statements sent as one), and
- * nothing else in the transaction wrote WAL: no transaction id existed
- * before the first release of the transaction, and the WAL position the
- * transaction has written up to (XactLastRecEnd) has not moved since the
- * last release ended.  Anything else (a release in a procedure that then
- * writes, SELECT dlock_release(...), nextval(...)) commits as configured.
+ * When it applies: dlock.async_release is on (the default; a user may
+ * turn it off for a session or a role), and the release runs in a
+ * transaction of its own - not in a transaction block (BEGIN, or several
+ * statements sent as one), and nothing else in the transaction wrote WAL:
+ * no transaction id existed before the first release of the transaction,
+ * and the WAL position the transaction has written up to (XactLastRecEnd)
+ * has not moved since the last release ended.  Anything else (a release in
+ * a procedure that then writes, SELECT dlock_release(...) with an INSERT
+ * in a CTE, a nextval() that logs its sequence) commits as configured.  A
+ * nextval() that writes no WAL, as two of three calls do, needs no flush
+ * under plain PostgreSQL either.
+ *
  * The decision is taken at XACT_EVENT_PRE_COMMIT, and applied as SET LOCAL
- * synchronous_commit = off, which AtEOXact_GUC undoes after the commit.
- * A release that returned false or raised wrote nothing that matters.
+ * synchronous_commit = off, which AtEOXact_GUC undoes after the commit
+ * record (a failure to set it leaves the commit synchronous, with a
+ * WARNING).  The callback is registered in _PG_init, so that the
+ * pre-commit callbacks of code loaded later, which run before it (the
+ * list is called newest first), have written their WAL by then; a library
+ * loaded before dlock (earlier in shared_preload_libraries) whose
+ * pre-commit callback writes WAL after a release would commit with it
+ * asynchronously: turn dlock.async_release off there.  Between
+ * PRE_COMMIT and the commit record PostgreSQL itself writes only what
+ * earlier WAL (and so a transaction id) or its own flush covers.  A
+ * release that returned false or raised wrote nothing that matters.
  *
  * Concurrency: backend-local state only; no lock.
  *
@@ -51,7 +65,6 @@ typedef enum AsyncState
 
 static AsyncState async_state = ASYNC_NONE;
 static XLogRecPtr last_end = InvalidXLogRecPtr;
-static bool callback_registered = false;
 
 /*
  * async_xact_callback takes the decision at pre-commit and forgets the
@@ -65,10 +78,10 @@ async_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_COMMIT:
 			if (async_state == ASYNC_ONLY_RELEASES &&
 				XactLastRecEnd == last_end &&
-				synchronous_commit > SYNCHRONOUS_COMMIT_OFF)
+				synchronous_commit > SYNCHRONOUS_COMMIT_OFF && dlock_async_release)
 				(void) set_config_option("synchronous_commit", "off",
 										 PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, 0, false);
+										 GUC_ACTION_LOCAL, true, WARNING, false);
 			async_state = ASYNC_NONE;
 			break;
 		case XACT_EVENT_COMMIT:
@@ -84,22 +97,30 @@ async_xact_callback(XactEvent event, void *arg)
 }
 
 /*
+ * DlockAsyncReleaseInit registers the transaction callback, from _PG_init
+ * (see the file header: callbacks registered later run before it).
+ */
+void
+DlockAsyncReleaseInit(void)
+{
+	RegisterXactCallback(async_xact_callback, NULL);
+}
+
+/*
  * DlockAsyncReleaseBegin is called by a release before it changes
  * anything: it notes whether the transaction had written anything else.
  */
 void
 DlockAsyncReleaseBegin(void)
 {
-	if (!callback_registered)
-	{
-		RegisterXactCallback(async_xact_callback, NULL);
-		callback_registered = true;
-	}
 	if (IsTransactionBlock())
 		async_state = ASYNC_NEVER;
 	else if (async_state == ASYNC_NONE)
+	{
 		async_state = TransactionIdIsValid(GetTopTransactionIdIfAny()) ?
 			ASYNC_NEVER : ASYNC_ONLY_RELEASES;
+		last_end = XactLastRecEnd;
+	}
 	else if (async_state == ASYNC_ONLY_RELEASES && XactLastRecEnd != last_end)
 		async_state = ASYNC_NEVER;
 	/* nothing written yet, or only by earlier releases */

@@ -36,6 +36,9 @@ int			dlock_fence_cache_size = 65536;
 /* dlock.fence_cache: whether this session's fence uses the cache */
 bool		dlock_fence_cache = true;
 
+/* dlock.async_release: whether a release of its own skips the flush */
+bool		dlock_async_release = true;
+
 void		_PG_init(void);
 
 /*
@@ -90,9 +93,21 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("dlock.async_release",
+							 "Whether a release in a transaction of its own commits without waiting for its WAL flush.",
+							 "A lost release only keeps the lease until its ttl, and any later grant "
+							 "of the name flushes past it.  Off: such transactions commit as "
+							 "synchronous_commit says.",
+							 &dlock_async_release,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("dlock");
 
 	DlockCheckedInit();
+	DlockAsyncReleaseInit();
 	DlockShmemInstallHooks();
 	DlockFenceCacheInit();
 }

@@ -80,6 +80,8 @@ extern TimestampTz DlockLeaseExpiry(TimestampTz now, Interval *ttl);
 extern void DlockCheckHolder(Oid holder, text *lock_name, const char *action);
 
 /* async_commit.c: a transaction that only released leases */
+extern bool dlock_async_release;	/* dlock.async_release (dlock.c) */
+extern void DlockAsyncReleaseInit(void);
 extern void DlockAsyncReleaseBegin(void);
 extern void DlockAsyncReleaseEnd(void);
 

@@ -12,7 +12,7 @@
  * All or nothing (dlock_acquire_all).  The names are taken in one
  * canonical order, the byte order of the lease table's "C" key, in one
  * attempt (store_ops.c: DlockStoreTryAcquireAll): a read without locks
- * first refuses the set when one of its leases is plainly live, writing
+ * first refuses the set when one of its leases is plainly held, writing
  * nothing; otherwise the names are taken in a subtransaction, and when a
  * name is held, the subtransaction is rolled back, so a refused
  * attempt keeps no lease, row lock or name lock, and the caller then waits

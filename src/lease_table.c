@@ -5,7 +5,7 @@
  *	  (the columns, found by name), the lookup through its primary key, and
  *	  the hot paths that read and change a lease row without SQL: taking
  *	  over an ended lease, renew, release and break, a set acquire's read
- *	  of the live leases among its names, the 'latest' fence's read
+ *	  of the held leases among its names, the 'latest' fence's read
  *	  (through the fence cache when it can) and the 'live' fence's lock; and the common case of fencing mode 'seen', locking a mark of
  *	  dlock_fence_mark (DlockMarkLock, for mark.c).  store.c owns the rest
  *	  (its cache, the switch to the table's owner, the SQL statements).
@@ -104,6 +104,8 @@
 #include "executor/executor.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/procarray.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/rel.h"
@@ -612,15 +614,44 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 }
 
 /*
- * DlockLeaseFindLive reads the leases of the n names, in order, with one
+ * lease_row_busy reports whether the version lease_read found in la->slot
+ * is locked or being changed by another transaction that is still in
+ * progress (its xmax), read under the buffer's share lock.  A hint for a
+ * read that must not write: a MultiXact xmax counts as not busy (its
+ * members may include this transaction), and the attempt that follows
+ * decides for certain.
+ */
+static bool
+lease_row_busy(LeaseAccess *la)
+{
+	BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) la->slot;
+	uint16		infomask;
+	TransactionId xmax;
+
+	Assert(TTS_IS_BUFFERTUPLE(la->slot) && BufferIsValid(bslot->buffer));
+	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+	infomask = bslot->base.tuple->t_data->t_infomask;
+	xmax = HeapTupleHeaderGetRawXmax(bslot->base.tuple->t_data);
+	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+	if ((infomask & (HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI)) != 0 ||
+		!TransactionIdIsNormal(xmax) ||
+		TransactionIdIsCurrentTransactionId(xmax))
+		return false;
+	return TransactionIdIsInProgress(xmax);
+}
+
+/*
+ * DlockLeaseFindHeld reads the leases of the n names, in order, with one
  * fresh snapshot and no lock, and returns the index of the first that is
- * live at now (setting *held_until to its expiry), or -1.  A read only: a
- * set acquire (store_ops.c) asks first, so that an attempt that would be
- * refused by a lease that is plainly live writes nothing; rows changed
- * after the read are decided by the attempt itself.
+ * held: live at now (setting *held_until to its expiry), or locked or
+ * being changed by another open transaction (setting *held_until to 0);
+ * -1 when none is.  A read only: a set acquire (store_ops.c) asks first,
+ * so that an attempt that would be refused by a lease that is plainly held
+ * writes nothing; rows changed after the read are decided by the attempt
+ * itself.
  */
 int
-DlockLeaseFindLive(const DlockLeaseTable *table, text **names, int n,
+DlockLeaseFindHeld(const DlockLeaseTable *table, text **names, int n,
 				   TimestampTz now, TimestampTz *held_until)
 {
 	LeaseAccess la;
@@ -634,10 +665,17 @@ DlockLeaseFindLive(const DlockLeaseTable *table, text **names, int n,
 	{
 		LeaseRow	row;
 
-		if (lease_read(&la, snapshot, names[i], &row) &&
-			lease_row_live(&row, now))
+		if (!lease_read(&la, snapshot, names[i], &row))
+			continue;
+		if (lease_row_live(&row, now))
 		{
 			*held_until = row.f.expires_at;
+			found = i;
+			break;
+		}
+		if (lease_row_busy(&la))
+		{
+			*held_until = 0;
 			found = i;
 			break;
 		}

@@ -100,7 +100,7 @@ extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  text *owner, Oid holder,
 									  TimestampTz now, TimestampTz expires,
 									  int64 *token, TimestampTz *held_until);
-extern int	DlockLeaseFindLive(const DlockLeaseTable *table, text **names,
+extern int	DlockLeaseFindHeld(const DlockLeaseTable *table, text **names,
 							   int n, TimestampTz now,
 							   TimestampTz *held_until);
 extern bool DlockLeaseChange(const DlockLeaseTable *table,

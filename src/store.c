@@ -635,8 +635,9 @@ store_op_session(Oid fn_oid, StoreOp op, void *arg)
  * they change nothing (FOR UPDATE follows a concurrently updated row to
  * its newest version, locks it, and only then finds that it no longer
  * qualifies), which would otherwise last until the caller's transaction
- * ends.  Only purge needs it; the direct lease operations lock nothing
- * they do not change.  An error rolls the subtransaction back and is
+ * ends (purge, and the purge of marks), and for a set acquire that must
+ * undo the names it took when a later one refuses (store_ops.c).  The
+ * direct lease operations lock nothing they do not change.  An error rolls the subtransaction back and is
  * re-thrown.
  */
 bool

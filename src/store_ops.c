@@ -196,16 +196,16 @@ acquire_all_op(void *arg)
 }
 
 /*
- * find_live_op finds the first name of an AcquireAllOp whose lease is live
- * (DlockLeaseFindLive), setting refused and one.held_until; a StoreOp that
- * returns whether there is one.  It writes nothing.
+ * find_held_op finds the first name of an AcquireAllOp whose lease is
+ * plainly held (DlockLeaseFindHeld), setting refused and one.held_until; a
+ * StoreOp that returns whether there is one.  It writes nothing.
  */
 static bool
-find_live_op(void *arg)
+find_held_op(void *arg)
 {
 	AcquireAllOp *a = (AcquireAllOp *) arg;
 
-	a->refused = DlockLeaseFindLive(DlockStoreTable(), a->names, a->nnames,
+	a->refused = DlockLeaseFindHeld(DlockStoreTable(), a->names, a->nnames,
 									a->one.now, &a->one.held_until);
 	return a->refused >= 0;
 }
@@ -217,9 +217,11 @@ find_live_op(void *arg)
  * new tokens in tokens[] (in the order of names) and returns true.
  * Otherwise it returns false having kept none of them, sets *refused to
  * the index of the first name that was held and *held_until as
- * DlockStoreTryAcquire does for it: a name whose lease is plainly live is
- * found by a read before anything is written; otherwise the attempt runs
- * in a subtransaction, rolled back at the first name that refuses.
+ * DlockStoreTryAcquire does for it: a name whose lease is plainly held
+ * (live, or its row locked by another open transaction) is found by a
+ * read before anything is written, so that a set waiting for it does not
+ * write at every retry; otherwise the attempt runs in a subtransaction,
+ * rolled back at the first name that refuses.
  * Never waits for another transaction.  Taking the names in one order is
  * what keeps sets from blocking each other (src/lease_set.c's header).
  */
@@ -241,8 +243,8 @@ DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n, text *owner,
 	a.tokens = tokens;
 	a.refused = -1;
 
-	/* a lease that is plainly live refuses the set before anything is written */
-	if (DlockStoreRun(fn_oid, find_live_op, &a, false))
+	/* a lease that is plainly held refuses the set before anything is written */
+	if (DlockStoreRun(fn_oid, find_held_op, &a, false))
 	{
 		Assert(a.refused >= 0 && a.refused < n);
 		*held_until = a.one.held_until;

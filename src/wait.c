@@ -167,18 +167,23 @@ wake_queue_head(uint64 hash)
 
 /*
  * wake_all_waiters sets the latch of every waiter (used when a transaction
- * changed more names than pending_wakes can remember).
+ * changed more names than pending_wakes can remember), after releasing the
+ * LWLock.
  */
 static void
 wake_all_waiters(void)
 {
+	int			nwake = 0;
 	int			i;
 
+	Assert(wake_list != NULL);
 	LWLockAcquire(DlockShmem->lock, LW_SHARED);
 	for (i = 0; i < DlockShmem->nslots; i++)
 		if (DlockShmem->slots[i].in_use)
-			SetLatch(DlockProcLatch(i));
+			wake_list[nwake++] = i;
 	LWLockRelease(DlockShmem->lock);
+	for (i = 0; i < nwake; i++)
+		SetLatch(DlockProcLatch(wake_list[i]));
 }
 
 /*
