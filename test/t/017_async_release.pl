@@ -122,19 +122,41 @@ SELECT pg_wal_lsn_diff(i, pg_current_wal_flush_lsn()),
 	return $gap;
 }
 
-# room_on_page($s) switches to a new WAL segment when less than 1 kB is
-# left in the current WAL page, so that the next few small records (a
-# release: a HOT update and a commit record) fill no page: an asynchronous
-# commit that completes a page wakes the walwriter, which would flush it.
-# The switch record is flushed, and the next records start a fresh page.
+# page_left($s) returns how many bytes are left in the current WAL page.
+sub page_left
+{
+	my ($s) = @_;
+	return $s->query_safe(
+		qq{SELECT $page - pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::numeric % $page}
+	);
+}
+
+# room_on_page($s) makes sure that the next few small records (a release:
+# a HOT update and a commit record) start where the WAL is flushed and fill
+# no page: an asynchronous commit whose record ends on a page after the
+# flushed one wakes the walwriter, which would flush it.  When some WAL is
+# not flushed, or less than 1 kB is left in the current page, it switches
+# to a new WAL segment: the switch record is flushed, and the next records
+# start a fresh page.
 sub room_on_page
 {
 	my ($s) = @_;
-	my $left = $s->query_safe(
-		qq{SELECT $page - pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::numeric % $page}
-	);
-	$s->query_safe('SELECT pg_switch_wal()') if $left < 1024;
+	$s->query_safe('SELECT pg_switch_wal()')
+	  if unflushed($s) > 0 || page_left($s) < 1024;
 	return;
+}
+
+# session() opens a background session and runs the queries of
+# unflushed() and room_on_page() once: their first run in a session reads
+# catalog pages, which can prune them and so write WAL that nothing
+# flushes; later runs find what they need in the session's caches and
+# write nothing.  The next synchronous commit flushes that WAL.
+sub session
+{
+	my $s = $node->background_psql('postgres');
+	unflushed($s);
+	page_left($s);
+	return $s;
 }
 
 # acquire($s, $name) takes the lease $name for an hour in session $s and
@@ -213,7 +235,7 @@ sub flush_case
 # (a) Which commits wait for the flush
 # ---------------------------------------------------------------------
 
-my $s = $node->background_psql('postgres');
+my $s = session();
 
 is($s->query_safe('SHOW synchronous_commit'), 'on', 'synchronous_commit is on');
 
@@ -356,7 +378,7 @@ for my $round (1 .. $rounds)
 {
 	my @names = $round % 2 ? ('crash-one') : ('crash-set-a', 'crash-set-b');
 	my $how = @names == 1 ? 'dlock_release' : 'dlock_release_each';
-	my $bg = $node->background_psql('postgres');
+	my $bg = session();
 	my %tok = map { $_ => acquire($bg, $_) } @names;
 	my %before = map { $_ => row_of($_) } @names;
 	room_on_page($bg);
@@ -430,13 +452,13 @@ sub granted_after_crash
 # (1) Another session takes the released name.
 {
 	my $what = 'grant after a release';
-	my $a = $node->background_psql('postgres');
+	my $a = session();
 	my $t1 = acquire($a, 'grant-1');
 	room_on_page($a);
 	$a->query_safe("SELECT dlock_release('grant-1', $t1)");
 	cmp_ok(unflushed($a), '>', 0, "$what: the release is not flushed");
 	$a->quit;
-	my $b = $node->background_psql('postgres');
+	my $b = session();
 	my $t2 = acquire($b, 'grant-1');
 	cmp_ok($t2, '>', $t1, "$what: another session acquired the name");
 	is(unflushed($b), 0, "$what: the grant's commit flushed the WAL");
@@ -455,7 +477,7 @@ sub granted_after_crash
 # which precedes the grant's.
 {
 	my $what = 'grant of one name after dlock_release_each of two';
-	my $a = $node->background_psql('postgres');
+	my $a = session();
 	my $tx = acquire($a, 'grant-2x');
 	my $ty = acquire($a, 'grant-2y');
 	room_on_page($a);
@@ -466,7 +488,7 @@ sub granted_after_crash
 		"$what: released both");
 	cmp_ok(unflushed($a), '>', 0, "$what: the release is not flushed");
 	$a->quit;
-	my $b = $node->background_psql('postgres');
+	my $b = session();
 	my $t2 = acquire($b, 'grant-2x');
 	is(unflushed($b), 0, "$what: the grant's commit flushed the WAL");
 	$b->quit;
@@ -485,7 +507,7 @@ sub granted_after_crash
 # (3) A waiter, queued on the name, is woken by the release and granted.
 {
 	my $what = 'waiter woken by a release';
-	my $a = $node->background_psql('postgres');
+	my $a = session();
 	my $t1 = acquire($a, 'grant-3');
 	my $w = bg_session($node, 'waiter');
 	bg_start($w, "SELECT dlock_acquire('grant-3', '1 hour', '60 s');");
@@ -519,11 +541,11 @@ sub granted_after_crash
 # hands out the same value again.
 {
 	my $what = 'nextval() in a release statement';
-	my $b = $node->background_psql('postgres');
+	my $b = session();
 	$b->query_safe('CREATE SEQUENCE seq_crash');
 	my $t = acquire($b, 'nextval-crash');
-	$b->query_safe("BEGIN; SELECT nextval('seq_crash'); ROLLBACK");
 	room_on_page($b);
+	$b->query_safe("BEGIN; SELECT nextval('seq_crash'); ROLLBACK");
 	my ($v, $released) = split /\|/,
 	  $b->query_safe("SELECT nextval('seq_crash'), dlock_release('nextval-crash', $t)");
 	is($released, 't', "$what: released, and got value $v");
