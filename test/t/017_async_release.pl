@@ -206,6 +206,14 @@ sub flush_case
 		$s->query_safe('SET synchronous_commit = off') if $opt{sync_off};
 		$s->query_safe($make_sql->($ta, $tb));
 		push @gaps, unflushed($s);
+
+		# Every case releases 'a' (read after the flush: this query's
+		# first run may write WAL, see session()).
+		is( $s->query_safe(
+				q{SELECT released FROM dlock_leases WHERE lock_name = 'a'}),
+			't',
+			"$what: the lease was released")
+		  if $attempt == 1;
 		if ($opt{sync_off})
 		{
 			is($s->query_safe('SHOW synchronous_commit'),
