@@ -305,8 +305,6 @@ my $log_start = -s $node->logfile;
 # The scripts
 # ---------------------------------------------------------------------
 
-sub pick { return $_[ int(rand(@_)) ]; }
-
 # pause returns the SQL of a pause before a write, or '' (none): most
 # often none or short, past the ttl once in twelve when $long_ok.
 sub pause
