@@ -25,8 +25,10 @@
  * has not moved since the last release ended.  Anything else (a release in
  * a procedure that then writes, SELECT dlock_release(...) with an INSERT
  * in a CTE, a nextval() that logs its sequence) commits as configured.  A
- * nextval() that writes no WAL, as two of three calls do, needs no flush
- * under plain PostgreSQL either.
+ * nextval() that writes no WAL (31 calls out of 32) is not seen: its value
+ * is then as durable as in a transaction that only called nextval(), and
+ * a crash may hand it out again (docs/guarantees.md tells sessions that
+ * rely on it to turn dlock.async_release off).
  *
  * The decision is taken at XACT_EVENT_PRE_COMMIT, and applied as SET LOCAL
  * synchronous_commit = off, which AtEOXact_GUC undoes after the commit

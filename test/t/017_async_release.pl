@@ -31,9 +31,9 @@
 #     - with synchronous_commit already off: not flushed, and still off
 #       afterwards;
 #     - a nextval() in the same statement that does not write WAL (31 of
-#       32 calls): docs/guarantees.md says such a transaction "commits as
-#       configured"; it does not (a TODO test, see the note there, and (d)
-#       for what a crash then does: the sequence repeats the value).
+#       32 calls) leaves the commit asynchronous, as docs/guarantees.md
+#       says; with dlock.async_release = off it is flushed, as is a plain
+#       release;
 # (b) Crash right after a release: ten rounds acquire a lease with a ttl of
 #     an hour (token t), release it in autocommit (odd rounds dlock_release,
 #     even rounds dlock_release_each of two names), stop the server at once
@@ -53,9 +53,9 @@
 #     live with the grant present, (3) a waiter woken by the release (dlock
 #     is preloaded: it queues).  After the restart the grant is there with
 #     its token and expiry, and the release with it.
-# (d) The TODO of (a) after a crash: a value of nextval() returned by an
-#     autocommit statement that also released a lease (synchronous_commit
-#     on) is handed out again after the crash (a TODO test).
+# (d) With dlock.async_release = off, a value of nextval() returned by an
+#     autocommit statement that also released a lease is not handed out
+#     again after a crash.
 #
 # Copyright (c) 2026, the dlock authors
 
@@ -66,10 +66,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use DlockTest;
-
-# The reason of the TODO tests of (a) and (d) (Test::More reads $TODO of
-# this package).
-our $TODO;
 
 my $node = PostgreSQL::Test::Cluster->new('dlock_async');
 $node->init;
@@ -189,8 +185,7 @@ sub end_all
 # check, and one unflushed attempt proves that the commit did not wait.  A
 # flushed case must be flushed every time: its commit waited.  Options:
 # sync_off => 1 runs the statement with synchronous_commit = off (set
-# after the acquires) and checks that it is still off afterwards; todo =>
-# REASON makes the last check a TODO test.
+# after the acquires) and checks that it is still off afterwards.
 sub flush_case
 {
 	my ($s, $what, $make_sql, $expect, %opt) = @_;
@@ -226,7 +221,6 @@ sub flush_case
 		end_all($s);
 		last if $gaps[-1] > 0;
 	}
-	local $TODO = $opt{todo};
 	if ($expect eq 'unflushed')
 	{
 		cmp_ok($gaps[-1], '>', 0,
@@ -335,23 +329,27 @@ flush_case($s, 'autocommit dlock_release with synchronous_commit = off',
 	'unflushed', sync_off => 1);
 
 # A nextval() that writes no WAL: the value it returns is durable only
-# once the WAL record of the call that logged it ahead is flushed, which
-# a synchronous commit of a transaction that wrote anything does (the
-# record precedes the commit record).  docs/guarantees.md lists
-# "SELECT dlock_release(...), nextval(...)" among the transactions that
-# "commit as configured"; src/async_commit.c looks only at WAL the
-# transaction wrote itself, so this commit is asynchronous.  After a crash
-# the sequence can then hand out the same value again: when the call that
-# logged ahead was in a transaction that rolled back, nothing else
-# flushes its record.
+# once the WAL record of the call that logged it ahead is flushed, which a
+# synchronous commit of a transaction that wrote anything does (the record
+# precedes the commit record).  src/async_commit.c looks only at WAL the
+# transaction wrote itself, so this commit is asynchronous, as the commit
+# of a transaction that only called nextval() is in PostgreSQL itself;
+# docs/guarantees.md says so and names dlock.async_release = off for
+# sessions that rely on it (below, and (d) after a crash).
 is($s->query_safe(q{SELECT log_cnt > 0 FROM seq_cached}),
 	't', 'seq_cached: the next nextval() writes no WAL');
 flush_case($s, 'dlock_release with a nextval() that writes no WAL',
 	sub { "SELECT nextval('seq_cached'), dlock_release('a', $_[0])" },
-	'flushed',
-	todo =>
-	  'async_commit.c: a nextval() that writes no WAL leaves the release asynchronous'
-);
+	'unflushed');
+
+# dlock.async_release = off: releases commit as configured.
+$s->query_safe('SET dlock.async_release = off');
+flush_case($s, 'autocommit dlock_release with dlock.async_release = off',
+	sub { "SELECT dlock_release('a', $_[0])" }, 'flushed');
+flush_case($s, 'dlock_release with a nextval() that writes no WAL, dlock.async_release = off',
+	sub { "SELECT nextval('seq_cached'), dlock_release('a', $_[0])" },
+	'flushed');
+$s->query_safe('RESET dlock.async_release');
 $s->quit;
 
 # ---------------------------------------------------------------------
@@ -540,17 +538,18 @@ sub granted_after_crash
 		'f', "$what: the first token holds nothing");
 }
 
-# (d) What the TODO test of (a) means after a crash: a nextval() whose
-# value was logged ahead by a call in a transaction that rolled back (so
-# its WAL record was never flushed), returned by an autocommit statement
-# that also released a lease and committed with synchronous_commit = on.
-# A transaction that wrote anything else would have flushed that record
-# with its commit; this one did not wait, and after the crash the sequence
-# hands out the same value again.
+# (d) A session that relies on the values of nextval() drawn in a release
+# statement sets dlock.async_release = off: a value logged ahead by a call
+# in a transaction that rolled back (so its WAL record was not flushed),
+# returned by an autocommit statement that also released a lease, is not
+# handed out again after a crash.  (With the setting on, the commit does
+# not wait and the crash may repeat the value, as for a transaction that
+# only called nextval(): docs/guarantees.md.)
 {
-	my $what = 'nextval() in a release statement';
+	my $what = 'nextval() in a release statement, dlock.async_release = off';
 	my $b = session();
 	$b->query_safe('CREATE SEQUENCE seq_crash');
+	$b->query_safe('SET dlock.async_release = off');
 	my $t = acquire($b, 'nextval-crash');
 	room_on_page($b);
 	$b->query_safe("BEGIN; SELECT nextval('seq_crash'); ROLLBACK");
@@ -559,8 +558,6 @@ sub granted_after_crash
 	is($released, 't', "$what: released, and got value $v");
 	$b->quit;
 	restart();
-	local $TODO =
-	  'async_commit.c: a nextval() that writes no WAL leaves the release asynchronous';
 	cmp_ok($node->safe_psql('postgres', "SELECT nextval('seq_crash')"),
 		'>', $v, "$what: after the crash, the sequence does not repeat $v");
 }
