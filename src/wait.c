@@ -356,6 +356,23 @@ next_poll(TimestampTz now, TimestampTz held_until, long *backoff_ms)
 }
 
 /*
+ * retry_at returns when a queued waiter whose attempt failed tries again:
+ * at the expiry of the lease that held the name (resetting the backoff),
+ * or after the next backoff step when that is unknown (an open
+ * transaction holds the row, and its end may wake nobody).
+ */
+static TimestampTz
+retry_at(TimestampTz held_until, long *backoff_ms)
+{
+	if (held_until != 0)
+	{
+		*backoff_ms = DLOCK_BACKOFF_MIN_MS;
+		return held_until;
+	}
+	return next_poll(GetCurrentTimestamp(), 0, backoff_ms);
+}
+
+/*
  * wait_polling retries attempt until it grants the lease or deadline has
  * passed (see the file header).  Returns whether it was granted.
  */
@@ -428,13 +445,7 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 					granted = true;
 					break;
 				}
-				if (held_until != 0)
-				{
-					wake_at = held_until;
-					backoff_ms = DLOCK_BACKOFF_MIN_MS;
-				}
-				else
-					wake_at = next_poll(GetCurrentTimestamp(), 0, &backoff_ms);
+				wake_at = retry_at(held_until, &backoff_ms);
 				if (blocked != queued)
 				{
 					/*
@@ -549,13 +560,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 				granted = true;
 				break;
 			}
-			if (held_until != 0)
-			{
-				wake_at = held_until;
-				backoff_ms = DLOCK_BACKOFF_MIN_MS;
-			}
-			else
-				wake_at = next_poll(GetCurrentTimestamp(), 0, &backoff_ms);
+			wake_at = retry_at(held_until, &backoff_ms);
 			if (GetCurrentTimestamp() >= deadline)
 				break;
 			sleep_until(Min(wake_at, deadline));
