@@ -213,19 +213,34 @@ typedef struct SetArgs
 } SetArgs;
 
 /*
- * set_args fills a with the calling function's fn_oid, the caller's role,
- * owner and ttl, and the names of entries (their hashes too).
+ * get_set_call checks the arguments of dlock_acquire_all and
+ * dlock_acquire_any (lock_names, distinct; ttl; wait; owner) and fills *a
+ * with the calling function, the caller's role, owner, ttl and the names
+ * (their hashes too): in canonical order with canonical, else in array
+ * order.  Returns the names' entries in that order and sets *start and
+ * *deadline (start + wait).
  */
-static void
-set_args(SetArgs *a, FunctionCallInfo fcinfo, const NameEntry *entries,
-		 int n, text *owner, Interval *ttl)
+static NameEntry *
+get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,
+			 TimestampTz *start, TimestampTz *deadline)
 {
+	NameEntry  *entries;
+	NameEntry  *sorted;
+	int			n;
 	int			i;
+
+	entries = get_names(fcinfo, DLOCK_MAX_SET_NAMES, &n);
+	sorted = sorted_names(entries, n, true);
+	a->ttl = DlockGetTtl(fcinfo, 1);
+	*start = GetCurrentTimestamp();
+	*deadline = DlockGetWaitDeadline(fcinfo, 2, *start);
+	a->owner = DlockGetOwner(fcinfo, 3);
+	(void) DlockLeaseExpiry(*start, a->ttl);
+	if (canonical)
+		entries = sorted;
 
 	a->fn_oid = fcinfo->flinfo->fn_oid;
 	a->holder = GetUserId();
-	a->owner = owner;
-	a->ttl = ttl;
 	a->n = n;
 	a->names = palloc(sizeof(text *) * n);
 	a->hashes = palloc(sizeof(uint64) * n);
@@ -237,6 +252,7 @@ set_args(SetArgs *a, FunctionCallInfo fcinfo, const NameEntry *entries,
 		a->names[i] = entries[i].name;
 		a->hashes[i] = DlockNameHash(entries[i].name);
 	}
+	return entries;
 }
 
 /*
@@ -310,11 +326,8 @@ any_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
 Datum
 dlock_acquire_all(PG_FUNCTION_ARGS)
 {
-	NameEntry  *entries;
 	NameEntry  *sorted;
 	SetArgs		a;
-	Interval   *ttl;
-	text	   *owner;
 	TimestampTz start;
 	TimestampTz deadline;
 	TimestampTz held_until;
@@ -325,14 +338,8 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 	int			i;
 
 	DlockCheckWritable("dlock_acquire_all");
-	entries = get_names(fcinfo, DLOCK_MAX_SET_NAMES, &n);
-	sorted = sorted_names(entries, n, true);
-	ttl = DlockGetTtl(fcinfo, 1);
-	start = GetCurrentTimestamp();
-	deadline = DlockGetWaitDeadline(fcinfo, 2, start);
-	owner = DlockGetOwner(fcinfo, 3);
-	(void) DlockLeaseExpiry(start, ttl);
-	set_args(&a, fcinfo, sorted, n, owner, ttl);
+	sorted = get_set_call(fcinfo, true, &a, &start, &deadline);
+	n = a.n;
 
 	if (deadline <= start)
 		granted = all_attempt(&a, &held_until, &blocked);
@@ -367,16 +374,12 @@ dlock_acquire_any(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Tuplestorestate *tupstore;
 	MemoryContext oldcontext;
-	NameEntry  *entries;
 	SetArgs		a;
-	Interval   *ttl;
-	text	   *owner;
 	TimestampTz start;
 	TimestampTz deadline;
 	TimestampTz held_until;
 	uint64		blocked = 0;
 	bool		granted;
-	int			n;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
 		(rsinfo->allowedModes & SFRM_Materialize) == 0)
@@ -387,14 +390,7 @@ dlock_acquire_any(PG_FUNCTION_ARGS)
 		elog(ERROR, "return type must be a row type");
 
 	DlockCheckWritable("dlock_acquire_any");
-	entries = get_names(fcinfo, DLOCK_MAX_SET_NAMES, &n);
-	(void) sorted_names(entries, n, true);
-	ttl = DlockGetTtl(fcinfo, 1);
-	start = GetCurrentTimestamp();
-	deadline = DlockGetWaitDeadline(fcinfo, 2, start);
-	owner = DlockGetOwner(fcinfo, 3);
-	(void) DlockLeaseExpiry(start, ttl);
-	set_args(&a, fcinfo, entries, n, owner, ttl);
+	(void) get_set_call(fcinfo, false, &a, &start, &deadline);
 
 	oldcontext = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
 	tupdesc = CreateTupleDescCopy(tupdesc);
@@ -406,13 +402,13 @@ dlock_acquire_any(PG_FUNCTION_ARGS)
 
 	granted = any_attempt(&a, &held_until, &blocked);
 	if (!granted && deadline > start)
-		granted = DlockWaitAcquireAny(a.hashes, n, deadline, any_attempt, &a);
+		granted = DlockWaitAcquireAny(a.hashes, a.n, deadline, any_attempt, &a);
 	if (granted)
 	{
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 
-		Assert(a.granted >= 0 && a.granted < n && a.token > 0);
+		Assert(a.granted >= 0 && a.granted < a.n && a.token > 0);
 		DlockWakeAtXactEnd(a.names[a.granted]);
 		values[0] = PointerGetDatum(a.names[a.granted]);
 		values[1] = Int64GetDatum(a.token);
