@@ -23,6 +23,61 @@
  * would bypass (triggers, CHECK constraints, forced row security: none of
  * dlock's making) makes the operations refuse.
  *
+ * Where new row versions go (design.md §4).  Every takeover, renew and
+ * release writes a new version of its row.  A HOT update keeps it on the
+ * row's page while the page has room, and pruning (heap_page_prune_opt, on
+ * every read of a page that is filling up) gives back the room of dead
+ * versions; but it cannot remove a version while a transaction that began
+ * before it died is still open (on a busy machine a backend preempted, or
+ * waiting for its commit's WAL flush, holds the horizon back for
+ * milliseconds, in which the pages of hot rows fill up), nor while another
+ * backend has the page pinned.  A version that does not fit goes where
+ * heap_update finds room: the backend's insertion target, a page the free
+ * space map knows (it does not learn of room that pruning made), or a new
+ * page; and when several backends extend the table at once, PostgreSQL 15
+ * adds 20 pages per backend waiting for the extension lock (16 and later:
+ * as many pages again per waiting backend), and the first inserts of new
+ * names at once do the same.  So the table of 100 hot names of bench/README.md's size
+ * measure ended anywhere between 100 KB and 1.3 MB.  Now:
+ *
+ * - An operation copies the version it read out of the buffer
+ *   (lease_row_from_slot) and keeps no pin on its page, which would keep
+ *   everyone, itself included, from pruning it.
+ *
+ * - When the page looked too full for the new version, the update first
+ *   prunes it if it can (lease_make_room_for_update).  When it still has no
+ *   room, and before a name's first row is inserted, lease_make_room points
+ *   the backend's insertion target at a page with room: the target itself,
+ *   or the first page with room after each page of the table was pruned if
+ *   it could be (their free space is recorded in the free space map), with
+ *   a second page with room as a spare for the backends that meet a full
+ *   target; pages it adds for them are new, one at a time.  It adds pages
+ *   only if none were added since it looked, and records them in the free
+ *   space map before releasing the extension lock, so that on 15 a
+ *   backend that waited for the lock in PostgreSQL's own extension finds
+ *   them and adds none (16 and later add their pages without asking the
+ *   free space map again: under heavy contention there the table can
+ *   still grow by the pages of such waits).  Only while the table has at most ROOM_MAX_PAGES pages (a larger
+ *   one is left to PostgreSQL), and only for the heap access method.
+ *
+ * Why this is safe: the insertion target and the free space map are hints,
+ * which heap_update and heap_insert check under the page's lock (a page
+ * without room is passed over, and the free space map corrected).
+ * heap_page_prune_opt is what every scan calls on the pages it reads; it
+ * prunes only with a cleanup lock, which it does not wait for and cannot
+ * get while any other pin on the page exists, this backend's own included;
+ * and every pointer into a page is backed by a pin (a slot's), so no
+ * pointer this backend holds can be moved under it.  A page is added as
+ * PostgreSQL's allocator and index access methods add one (the relation
+ * extension lock, then ReadBuffer of P_NEW) and left zeroed, as
+ * PostgreSQL 15 leaves the pages it adds in bulk: the first version put
+ * there initializes it, in that version's WAL record, and VACUUM knows new
+ * pages.  The extension lock is taken holding no buffer lock and no
+ * LWLock; while it is held only the new page and pages of the free space
+ * map are locked, and no other heavyweight lock is taken (PostgreSQL's own
+ * rules for that lock).  An update may wait for it while holding row
+ * locks, as heap_update itself does.
+ *
  * The table is described once (DlockLeaseTable): the number of each
  * column dlock uses is looked up by name when store.c builds its cache,
  * and checked against the expected type and NOT NULL.  Columns a later
@@ -45,6 +100,12 @@
  *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock; the
  *   'live' fence's lock: RowShareLock on the table, AccessShareLock on the
  *   index), kept until the transaction ends, as a statement's would be.
+ *   So the table cannot be truncated (by VACUUM) under lease_make_room.
+ *
+ * - lease_make_room takes the table's relation extension lock to add a
+ *   page (waiting for it, as heap_update may), and releases it before it
+ *   returns; it holds no buffer lock then.  Buffers are locked one at a
+ *   time, share, to read a page's free space, never across a wait.
  *
  * - Acquire never waits for another transaction.  A row that is locked by
  *   an open transaction (an uncommitted acquire, renew, release or break,
@@ -91,6 +152,7 @@
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/heapam.h"
 #include "access/htup_details.h"
 #include "access/relation.h"
 #include "access/stratnum.h"
@@ -105,6 +167,8 @@
 #include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/freespace.h"
+#include "storage/lmgr.h"
 #include "storage/procarray.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
@@ -135,7 +199,18 @@ typedef struct LeaseRow
 {
 	ItemPointerData tid;
 	DlockLeaseFields f;
+	Size		need;			/* space a new version takes on a page */
+	bool		tight;			/* its page looked too full for it */
+	uint16		infomask;		/* the version's t_infomask and raw xmax, */
+	TransactionId xmax;			/* read under the buffer lock (0: unknown) */
 } LeaseRow;
+
+/*
+ * The largest lease table (in pages) whose new row versions dlock places
+ * itself when their page is full (lease_make_room); a larger one is left to
+ * PostgreSQL.  The pages it reads then are at most this many.
+ */
+#define ROOM_MAX_PAGES	32
 
 /*
  * lease_column returns the number of column attname of the lease table
@@ -335,9 +410,25 @@ lease_field(TupleTableSlot *slot, AttrNumber attnum)
 }
 
 /*
+ * lease_is_heap reports whether the lease table rel is stored by the heap
+ * table access method, whose pages lease_make_room and the prune before an
+ * update know (a DBA could change it with ALTER TABLE ... SET ACCESS
+ * METHOD; then PostgreSQL alone places row versions).
+ */
+static inline bool
+lease_is_heap(Relation rel)
+{
+	return rel->rd_tableam == GetHeapamTableAmRoutine();
+}
+
+/*
  * lease_row_from_slot copies the TID and the fields of the version in
- * la->slot into *row.  The owner label points into the slot's buffer,
- * which the slot keeps pinned.
+ * la->slot into *row, notes whether its page looked too full for a new
+ * version of the row (read without the buffer lock, as heap_page_prune_opt
+ * reads it: a hint), and then copies the version out of the buffer, so the
+ * operation keeps no pin on the page (design.md §4: a pin keeps every
+ * backend, this one included, from pruning it).  The owner label points
+ * into the slot's copy.
  */
 static void
 lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
@@ -347,6 +438,26 @@ lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
 
 	Assert(ItemPointerIsValid(&slot->tts_tid));
 	row->tid = slot->tts_tid;
+	row->tight = false;
+	row->need = 0;
+	row->infomask = 0;
+	row->xmax = InvalidTransactionId;
+	if (TTS_IS_BUFFERTUPLE(slot) && lease_is_heap(la->rel) &&
+		BufferIsValid(((BufferHeapTupleTableSlot *) slot)->buffer))
+	{
+		BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
+
+		row->need = MAXALIGN(bslot->base.tuple->t_len) + sizeof(ItemIdData);
+		row->tight = PageGetHeapFreeSpace(BufferGetPage(bslot->buffer)) <
+			2 * row->need;
+		/* who locks or changes the version, for lease_row_busy */
+		LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+		row->infomask = bslot->base.tuple->t_data->t_infomask;
+		row->xmax = HeapTupleHeaderGetRawXmax(bslot->base.tuple->t_data);
+		LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+		ExecMaterializeSlot(slot);
+		Assert(!BufferIsValid(bslot->buffer));
+	}
 	row->f.token = DatumGetInt64(lease_field(slot, t->att_token));
 	row->f.owner = (text *) DatumGetPointer(lease_field(slot, t->att_owner));
 	row->f.holder_role = DatumGetObjectId(lease_field(slot, t->att_holder_role));
@@ -445,6 +556,137 @@ lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 }
 
 /*
+ * lease_page_free returns the free space for a new row version on page blk
+ * of the lease table rel (a new, zeroed page: all of it), read under a
+ * share lock; with prune, first prunes the page if it can
+ * (heap_page_prune_opt: only without waiting, when no one else has the
+ * page pinned).  Holds no pin or lock on return.
+ */
+static Size
+lease_page_free(Relation rel, BlockNumber blk, bool prune)
+{
+	Buffer		buf = ReadBuffer(rel, blk);
+	Page		page = BufferGetPage(buf);
+	Size		free;
+
+	if (prune)
+		heap_page_prune_opt(rel, buf);
+	LockBuffer(buf, BUFFER_LOCK_SHARE);
+	free = PageIsNew(page) ? BLCKSZ - SizeOfPageHeaderData :
+		PageGetHeapFreeSpace(page);
+	UnlockReleaseBuffer(buf);
+	return free;
+}
+
+/*
+ * lease_add_page adds an empty page to the lease table rel, whose relation
+ * extension lock the caller holds, records it in the free space map and
+ * returns its number.  The page stays zeroed, as the pages PostgreSQL 15
+ * adds in bulk: the first row version put there initializes it.
+ */
+static BlockNumber
+lease_add_page(Relation rel)
+{
+	Buffer		buf = ReadBufferExtended(rel, MAIN_FORKNUM, P_NEW,
+										 RBM_ZERO_AND_LOCK, NULL);
+	BlockNumber blk = BufferGetBlockNumber(buf);
+
+	UnlockReleaseBuffer(buf);
+	RecordPageWithFreeSpace(rel, blk, BLCKSZ - SizeOfPageHeaderData);
+	FreeSpaceMapVacuumRange(rel, blk, blk + 1);
+	return blk;
+}
+
+/*
+ * lease_make_room points this backend's insertion target of the lease
+ * table rel (RelationSetTargetBlock, which heap_update and heap_insert try
+ * first) at a page with room for a row version of need bytes outside the
+ * page it is on: the target itself if it has room; else the first page
+ * that has room once it is pruned (every page is, and its free space is
+ * recorded in the free space map), and it makes sure a second page has
+ * room too, a spare that PostgreSQL finds in the free space map when the
+ * target fills up first; pages it adds for them are new.  Does nothing for
+ * a table of more than ROOM_MAX_PAGES pages.  Pages are added under the
+ * relation extension lock, only if no backend added one since the scan,
+ * and recorded in the free space map before the lock is released, so a
+ * backend that waited for the lock (PostgreSQL's own extension) finds them
+ * and adds none on 15.  Takes no lock but that one, and that one holding no
+ * buffer lock (design.md §4; the argument is in the header).
+ */
+static void
+lease_make_room(Relation rel, Size need)
+{
+	Size		want;
+	BlockNumber blk = RelationGetTargetBlock(rel);
+	BlockNumber nblocks;
+	BlockNumber room = InvalidBlockNumber;
+	int			rooms = 0;
+
+	/* what heap_update and heap_insert ask of a page that is not the row's */
+	want = MAXALIGN(need) +
+		RelationGetTargetPageFreeSpace(rel, HEAP_DEFAULT_FILLFACTOR);
+	if (BlockNumberIsValid(blk) && lease_page_free(rel, blk, false) >= want)
+		return;
+	/* the table cannot shrink while this backend holds a lock on it */
+	nblocks = RelationGetNumberOfBlocks(rel);
+	if (nblocks > ROOM_MAX_PAGES)
+		return;
+	for (blk = 0; blk < nblocks; blk++)
+	{
+		Size		free = lease_page_free(rel, blk, true);
+
+		RecordPageWithFreeSpace(rel, blk, free);
+		if (free < want)
+			continue;
+		if (rooms++ == 0)
+			room = blk;
+	}
+	if (nblocks > 0)
+		FreeSpaceMapVacuumRange(rel, 0, nblocks);
+	if (rooms < 2)
+	{
+		LockRelationForExtension(rel, ExclusiveLock);
+		if (RelationGetNumberOfBlocks(rel) == nblocks)
+		{
+			for (; rooms < 2; rooms++)
+			{
+				blk = lease_add_page(rel);
+				if (!BlockNumberIsValid(room))
+					room = blk;
+			}
+		}
+		else if (!BlockNumberIsValid(room))
+			room = GetPageWithFreeSpace(rel, want); /* another backend's */
+		UnlockRelationForExtension(rel, ExclusiveLock);
+	}
+	if (BlockNumberIsValid(room))
+		RelationSetTargetBlock(rel, room);
+}
+
+/*
+ * lease_make_room_for_update runs before the update of the version at
+ * row->tid when its page looked too full for the new one: prunes that page
+ * if it can (heap_page_prune_opt; lease_row_from_slot copied the version
+ * out, so this backend's own pin is not in the way), and when it still has
+ * no room, makes room elsewhere (lease_make_room).
+ */
+static void
+lease_make_room_for_update(LeaseAccess *la, LeaseRow *row)
+{
+	Buffer		buf;
+	Size		free;
+
+	Assert(row->tight && lease_is_heap(la->rel));
+	buf = ReadBuffer(la->rel, ItemPointerGetBlockNumber(&row->tid));
+	heap_page_prune_opt(la->rel, buf);
+	/* without the lock, as before: a hint */
+	free = PageGetHeapFreeSpace(BufferGetPage(buf));
+	ReleaseBuffer(buf);
+	if (free < row->need)
+		lease_make_room(la->rel, row->need);
+}
+
+/*
  * lease_write replaces the version at row->tid (the one in la->slot) of
  * lock_name's row with row's fields (already changed by the caller),
  * carrying over the lock name and any column dlock does not know, waiting
@@ -485,6 +727,8 @@ lease_write(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 	Assert(!newslot->tts_isnull[t->att_lock_name - 1]);
 	ExecStoreVirtualTuple(newslot);
 
+	if (row->tight)
+		lease_make_room_for_update(la, row);
 	res = table_tuple_update(la->rel, &row->tid, newslot,
 							 GetCurrentCommandId(true), snapshot,
 							 InvalidSnapshot, true, &tmfd, &lockmode,
@@ -512,6 +756,20 @@ lease_write(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 	}
 	CommandCounterIncrement();
 	return TM_Ok;
+}
+
+/*
+ * lease_new_row_size estimates the space a name's first row takes on a
+ * page (with its line pointer): the header, the two texts and at most 64
+ * bytes for the other columns and their alignment.  A hint for
+ * lease_make_room; the insert checks the real size.
+ */
+static Size
+lease_new_row_size(text *lock_name, text *owner)
+{
+	return MAXALIGN(SizeofHeapTupleHeader) +
+		MAXALIGN(VARSIZE_ANY(lock_name) + VARSIZE_ANY(owner) + 64) +
+		sizeof(ItemIdData);
 }
 
 /* Takeover attempts that meet a concurrent committed change before giving up. */
@@ -543,6 +801,13 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 
 		if (!lease_read(&la, snapshot, lock_name, &row))
 		{
+			/*
+			 * The caller inserts the name's first row: room for it.  Pruning
+			 * while the snapshot is registered: this backend's xmin then
+			 * keeps what it can see.
+			 */
+			if (lease_is_heap(la.rel))
+				lease_make_room(la.rel, lease_new_row_size(lock_name, owner));
 			UnregisterSnapshot(snapshot);
 			result = DLOCK_TAKE_NO_ROW;
 			break;
@@ -614,30 +879,21 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 }
 
 /*
- * lease_row_busy reports whether the version lease_read found in la->slot
- * is locked or being changed by another transaction that is still in
- * progress (its xmax), read under the buffer's share lock.  A hint for a
- * read that must not write: a MultiXact xmax counts as not busy (its
- * members may include this transaction), and the attempt that follows
- * decides for certain.
+ * lease_row_busy reports whether the version lease_read found (row) is
+ * locked or being changed by another transaction that is still in
+ * progress (its xmax, read under the buffer's share lock by
+ * lease_row_from_slot).  A hint for a read that must not write: a
+ * MultiXact xmax counts as not busy (its members may include this
+ * transaction), and the attempt that follows decides for certain.
  */
 static bool
-lease_row_busy(LeaseAccess *la)
+lease_row_busy(const LeaseRow *row)
 {
-	BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) la->slot;
-	uint16		infomask;
-	TransactionId xmax;
-
-	Assert(TTS_IS_BUFFERTUPLE(la->slot) && BufferIsValid(bslot->buffer));
-	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
-	infomask = bslot->base.tuple->t_data->t_infomask;
-	xmax = HeapTupleHeaderGetRawXmax(bslot->base.tuple->t_data);
-	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
-	if ((infomask & (HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI)) != 0 ||
-		!TransactionIdIsNormal(xmax) ||
-		TransactionIdIsCurrentTransactionId(xmax))
+	if ((row->infomask & (HEAP_XMAX_INVALID | HEAP_XMAX_IS_MULTI)) != 0 ||
+		!TransactionIdIsNormal(row->xmax) ||
+		TransactionIdIsCurrentTransactionId(row->xmax))
 		return false;
-	return TransactionIdIsInProgress(xmax);
+	return TransactionIdIsInProgress(row->xmax);
 }
 
 /*
@@ -673,7 +929,7 @@ DlockLeaseFindHeld(const DlockLeaseTable *table, text **names, int n,
 			found = i;
 			break;
 		}
-		if (lease_row_busy(&la))
+		if (lease_row_busy(&row))
 		{
 			*held_until = 0;
 			found = i;

@@ -67,7 +67,17 @@ measure() {
         met=$(bench_le "${final%% *}" 256)
     fi
     bench_row "$label" "$(sizes_cell "$totals" "$final")" "$target" "$met"
-    bench_say "  $label: $totals KiB ($((SECONDS - started)) s)"
+    bench_say "  $label: $totals KiB ($((SECONDS - started)) s; $(table_stats "$table"))"
+}
+
+# table_stats TABLE: its row updates, how many of them were not HOT (the new
+# version went to another page), and how often autovacuum ran on it
+# (cumulative statistics, which a backend reports at the latest when it
+# exits: every pgbench run has ended before this).
+table_stats() {
+    bench_sql -c "SELECT format('updates %s, not HOT %s, autovacuum %s',
+                                n_tup_upd, n_tup_upd - n_tup_hot_upd, autovacuum_count)
+                  FROM pg_stat_user_tables WHERE relid = '$1'::regclass"
 }
 
 bench_say "lease relations after ${marks// / \/ } acquire+release cycles on $names names, 8 clients"
