@@ -33,6 +33,11 @@ DLOCK_PACKAGES=(
     pgbouncer
 )
 
+# What make bench needs besides (bench/run): libpq's headers for its
+# clients, and etcd's server and client for the comparison of dlock run
+# with etcdctl lock (bench/workloads/90-etcd.sh).
+DLOCK_BENCH_PACKAGES=(libpq-dev etcd-server etcd-client)
+
 dlock_say() { printf '%s\n' "$*"; }
 dlock_die() { printf 'dlock: %s\n' "$*" >&2; exit 1; }
 
