@@ -341,7 +341,7 @@ is(sql("SELECT count(*) FROM dlock_leases WHERE (lock_name LIKE 'pool:%' OR lock
 # could break, not a slow machine.)
 my @log = grep { /app=set-renew / } split /\n/, substr(slurp($node->logfile), $log_offset);
 my @renews = grep { /execute .*dlock_renew_each\(/ } @log;
-my @params = grep { /DETAIL:  parameters: \$1 = '\{ren-a,ren-b\}', \$2 = '\{\d+,\d+\}', \$3 = '00:00:01\.5'/ } @log;
+my @params = grep { /DETAIL:  [Pp]arameters: \$1 = '\{ren-a,ren-b\}', \$2 = '\{\d+,\d+\}', \$3 = '00:00:01\.5'/ } @log;
 cmp_ok(scalar(@renews), '>=', 2, 'renewed set: renewed by dlock_renew_each (' . scalar(@renews) . ' calls)');
 cmp_ok(scalar(@renews), '<=', int($t_r_end / 0.5) + 3, 'renewed set: one call per renewal, not one per lease or more');
 is(scalar(@params), scalar(@renews), 'renewed set: every renew call names both leases');
