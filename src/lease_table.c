@@ -192,6 +192,8 @@ typedef struct LeaseAccess
 	Relation	idx;
 	TupleTableSlot *slot;		/* the row as read (and locked) */
 	TupleTableSlot *newslot;	/* the new version */
+	bool		want_xmax;		/* lease_row_from_slot reads the xmax
+								 * (DlockLeaseFindHeld only) */
 } LeaseAccess;
 
 /* A row as read: its TID and its fields. */
@@ -356,6 +358,7 @@ lease_open(LeaseAccess *la, const DlockLeaseTable *table)
 	Assert(LEASE_AS_OWNER(table));
 	Assert(table->att_lock_name > 0 && table->att_released > 0);
 	la->table = table;
+	la->want_xmax = false;
 	la->rel = table_open(table->relid, RowExclusiveLock);
 	constr = la->rel->rd_att->constr;
 	if (la->rel->trigdesc != NULL)
@@ -451,10 +454,13 @@ lease_row_from_slot(LeaseAccess *la, LeaseRow *row)
 		row->tight = PageGetHeapFreeSpace(BufferGetPage(bslot->buffer)) <
 			2 * row->need;
 		/* who locks or changes the version, for lease_row_busy */
-		LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
-		row->infomask = bslot->base.tuple->t_data->t_infomask;
-		row->xmax = HeapTupleHeaderGetRawXmax(bslot->base.tuple->t_data);
-		LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+		if (la->want_xmax)
+		{
+			LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+			row->infomask = bslot->base.tuple->t_data->t_infomask;
+			row->xmax = HeapTupleHeaderGetRawXmax(bslot->base.tuple->t_data);
+			LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+		}
 		ExecMaterializeSlot(slot);
 		Assert(!BufferIsValid(bslot->buffer));
 	}
@@ -916,6 +922,7 @@ DlockLeaseFindHeld(const DlockLeaseTable *table, text **names, int n,
 	int			i;
 
 	lease_open(&la, table);
+	la.want_xmax = true;
 	snapshot = RegisterSnapshot(GetLatestSnapshot());
 	for (i = 0; i < n; i++)
 	{
