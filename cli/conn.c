@@ -49,8 +49,8 @@
 #include "dlock_cli.h"
 
 /* Connection parameters for PQconnectdbParams / PQconnectStartParams. */
-static const char *conn_keywords[4];
-static const char *conn_values[4];
+static const char *conn_keywords[5];
+static const char *conn_values[5];
 
 /* "schema". with the quotes, or "" when --schema was not given */
 static const char *schema_prefix = "";
@@ -97,7 +97,8 @@ quote_ident(const char *name)
  * libpq reads for whatever is not given.  Unless PGCONNECT_TIMEOUT or -d
  * says otherwise, the first connection gives up after 10 seconds.  The
  * session shows up as application_name "dlock" unless PGAPPNAME or -d
- * names it.
+ * names it.  For --json the client encoding is UTF8, whatever
+ * PGCLIENTENCODING or -d say: JSON text is UTF-8.
  */
 void
 DlockConnInit(const DlockOptions *opt)
@@ -116,6 +117,12 @@ DlockConnInit(const DlockOptions *opt)
 		/* last, so that its settings override the ones above */
 		conn_keywords[n] = "dbname";
 		conn_values[n++] = opt->conninfo;
+	}
+	if (opt->json)
+	{
+		/* after -d, so that it wins over a client_encoding given there */
+		conn_keywords[n] = "client_encoding";
+		conn_values[n++] = "UTF8";
 	}
 	conn_keywords[n] = NULL;
 	conn_values[n] = NULL;

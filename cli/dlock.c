@@ -2,8 +2,10 @@
  *
  * cli/dlock.c
  *	  The dlock command-line tool: command line, help, and the one-shot
- *	  commands acquire, renew, release and status.  "dlock run" is in
- *	  cli/run.c, the leases of --all and --slots in cli/leases.c.
+ *	  commands acquire, renew and release, and what every one-shot command
+ *	  shares (connecting, reporting a failed or interrupted call).  "dlock
+ *	  run" is in cli/run.c, "dlock status" in cli/status.c, the leases of
+ *	  --all and --slots in cli/leases.c.
  *
  * Process model: one process, no threads, no children (except CMD of
  * dlock run, and the short-lived process that sends a cancel request, see
@@ -50,6 +52,9 @@
 #define OPT_TIMEOUT		(1 << 6)
 #define OPT_ALL			(1 << 7)
 #define OPT_SLOTS		(1 << 8)
+#define OPT_WAITERS		(1 << 9)
+#define OPT_STATS		(1 << 10)
+#define OPT_JSON		(1 << 11)
 /* the options of every command, which may also precede the command name */
 #define OPT_CONN		(OPT_DBNAME | OPT_SCHEMA | OPT_TIMEOUT)
 
@@ -71,6 +76,9 @@ static const OptionDef option_defs[] = {
 	{"timeout", 0, OPT_TIMEOUT, true},
 	{"all", 0, OPT_ALL, false},
 	{"slots", 0, OPT_SLOTS, true},
+	{"waiters", 0, OPT_WAITERS, false},
+	{"stats", 0, OPT_STATS, false},
+	{"json", 0, OPT_JSON, false},
 };
 
 typedef struct Command
@@ -84,12 +92,14 @@ typedef struct Command
 } Command;
 
 static int	cmd_acquire(const DlockOptions *opt);
-
-/* The call that failed used a function of version 1.2 (--all, --slots). */
-static bool needs_sets = false;
 static int	cmd_renew(const DlockOptions *opt);
 static int	cmd_release(const DlockOptions *opt);
-static int	cmd_status(const DlockOptions *opt);
+
+/*
+ * What the call that failed needed of version 1.2 ("--all and --slots"),
+ * or NULL: the hint of DlockCallFailed names it.
+ */
+const char *dlock_needs_1_2 = NULL;
 
 static const Command commands[] = {
 	{"run",
@@ -110,8 +120,10 @@ static const Command commands[] = {
 		"dlock release [--timeout DUR] [-d CONNINFO] NAME TOKEN",
 	OPT_CONN, 2, 2, cmd_release},
 	{"status",
-		"dlock status [--timeout DUR] [-d CONNINFO] [NAME]",
-	OPT_CONN, 0, 1, cmd_status},
+		"dlock status [--json] [--timeout DUR] [-d CONNINFO] [NAME]\n"
+		"       dlock status [OPTION]... --waiters [NAME]\n"
+		"       dlock status [OPTION]... --stats",
+	OPT_CONN | OPT_WAITERS | OPT_STATS | OPT_JSON, 0, 1, DlockStatus},
 };
 
 #define NCOMMANDS ((int) (sizeof(commands) / sizeof(commands[0])))
@@ -131,6 +143,8 @@ static const char help_text[] =
 "  dlock renew [OPTION]... NAME TOKEN\n"
 "  dlock release [OPTION]... NAME TOKEN\n"
 "  dlock status [OPTION]... [NAME]\n"
+"  dlock status [OPTION]... --waiters [NAME]\n"
+"  dlock status [OPTION]... --stats\n"
 "  dlock --help | --version\n"
 "\n"
 "Commands:\n"
@@ -153,6 +167,12 @@ static const char help_text[] =
 "  release  End the lease (NAME, TOKEN).\n"
 "  status   Print the leases (or NAME's) as a table: name, token, holder\n"
 "           (owner label), role, when it expires (or ended), whether live.\n"
+"           With --waiters, the sessions of this database waiting for a\n"
+"           lease (or for NAME), in queue order: pid, name, kind (acquire,\n"
+"           all, any), position in the queue, how long it has waited, how\n"
+"           long it may still wait, role.  With --stats, this database's\n"
+"           counters (dlock_stats): leases granted, refused, waited for,\n"
+"           renewed, released, fence decisions...  With --json, JSON.\n"
 "\n"
 "Options:\n"
 "  -d, --dbname=CONNINFO   the database: a connection string (\"host=db1\n"
@@ -177,6 +197,15 @@ static const char help_text[] =
 "                          for any to be free (N from 1 to 10000)\n"
 "      --all               run, acquire: the NAMEs are a set, taken all or none\n"
 "                          (at most 10000; run: \"--\" ends them)\n"
+"      --waiters           status: the waiting sessions instead of the leases\n"
+"                          (queues exist only with dlock in\n"
+"                          shared_preload_libraries)\n"
+"      --stats             status: this database's counters since the server\n"
+"                          started (kept only with dlock in\n"
+"                          shared_preload_libraries)\n"
+"      --json              status: print JSON instead of a table: an array of\n"
+"                          objects, one per lease or waiter; --stats: one\n"
+"                          object with every counter\n"
 "      --help              show this help, then exit\n"
 "  -V, --version           show the version, then exit\n"
 "\n"
@@ -205,7 +234,9 @@ static const char help_text[] =
 "           CMD was not found, 126 when it could not be executed)\n"
 "  1        renew, release: TOKEN does not hold a live lease on NAME (it\n"
 "           expired, was released or broken, or was taken over);\n"
-"           status NAME: NAME has no live lease\n"
+"           status NAME: NAME has no live lease; status --stats: no\n"
+"           statistics for this database (dlock is not preloaded, or\n"
+"           nothing used it here since the server started)\n"
 "  64       usage error (CMD not started)\n"
 "  69       the database could not be reached, or the connection was lost\n"
 "           during a one-shot command, or a call got no answer within\n"
@@ -239,7 +270,9 @@ static const char help_text[] =
 "  dlock run --slots 4 --wait 1h backup -- ./backup.sh     # at most 4 at once\n"
 "  dlock run --all account:7 account:42 -- ./transfer.sh   # both or neither\n"
 "  token=$(dlock acquire --ttl 1m deploy) && ... && dlock release deploy \"$token\"\n"
-"  dlock status\n";
+"  dlock status\n"
+"  dlock status --waiters deploy                          # who waits, how long\n"
+"  dlock status --stats --json | jq .waits\n";
 
 /*
  * usage_error prints "dlock: <message>", the synopsis of cmd (or of every
@@ -395,6 +428,15 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 			break;
 		case OPT_SLOTS:
 			opt->slots = parse_slots(cmd, value);
+			break;
+		case OPT_WAITERS:
+			opt->waiters = true;
+			break;
+		case OPT_STATS:
+			opt->stats = true;
+			break;
+		case OPT_JSON:
+			opt->json = true;
 			break;
 	}
 	return i + 1;
@@ -552,6 +594,10 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 		usage_error(cmd, "missing \"--\" and CMD after the names (with --%s, \"--\" ends the names)",
 					opt->all && opt->slots == 0 ? "all" : "slots");
 	check_names(cmd, opt);
+	if (opt->waiters && opt->stats)
+		usage_error(cmd, "--waiters and --stats cannot be combined");
+	if (opt->stats && npos > 0)
+		usage_error(cmd, "--stats takes no NAME: it shows the counters of the whole database");
 	if (cmd->max_args == 2)
 		opt->token = parse_token(cmd, pos[1]);
 	if (cmd->fn == DlockRun && (opt->cmd == NULL || opt->cmd[0] == NULL))
@@ -564,12 +610,12 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 }
 
 /*
- * connect_or_exit opens the connection of a one-shot command, exiting 69
- * with libpq's message when the database cannot be reached, and then
+ * DlockConnectOrExit opens the connection of a one-shot command, exiting
+ * 69 with libpq's message when the database cannot be reached, and then
  * catches the stopping signals (see the header).
  */
-static void
-connect_or_exit(DlockLink *link)
+void
+DlockConnectOrExit(DlockLink *link)
 {
 	PGconn	   *conn = DlockConnectBlocking();
 
@@ -588,17 +634,20 @@ connect_or_exit(DlockLink *link)
 }
 
 /*
- * call_failed reports a failed call (res NULL: the connection was lost,
- * or no answer came within --timeout) and returns the exit status: 69 for
- * a lost connection or a timeout, 70 for an SQL error, with a hint when
- * the extension's functions cannot be found.  unknown, when not NULL, is
- * added to the message of a timeout: what the call may have done.
+ * DlockCallFailed reports a failed call (res NULL: the connection was
+ * lost, or no answer came within --timeout) and returns the exit status:
+ * 69 for a lost connection or a timeout, 70 for an SQL error, with a hint
+ * when the extension's functions or views cannot be found (naming version
+ * 1.2 when dlock_needs_1_2 says the call needed it).  unknown, when not
+ * NULL, is added to the message of a timeout: what the call may have
+ * done.
  */
-static int
-call_failed(DlockLink *link, const PGresult *res, const char *what,
-			const char *unknown)
+int
+DlockCallFailed(DlockLink *link, const PGresult *res, const char *what,
+				const char *unknown)
 {
 	const char *state;
+	char		needs[200] = "";
 
 	if (res == NULL && link->timed_out)
 	{
@@ -613,27 +662,29 @@ call_failed(DlockLink *link, const PGresult *res, const char *what,
 	}
 	DlockError("%s: %s", what, DlockResultError(res));
 	state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+	if (dlock_needs_1_2)
+		snprintf(needs, sizeof(needs), ", in version 1.2 or later (%s need it)",
+				 dlock_needs_1_2);
 	if (state && (strcmp(state, "42883") == 0 || strcmp(state, "42P01") == 0 ||
 				  strcmp(state, "3F000") == 0))
 		DlockError("is the dlock extension installed in database \"%s\"%s?  "
 				   "CREATE EXTENSION dlock installs it%s; --schema names its schema "
 				   "when that is not on the search_path",
-				   link->conn ? PQdb(link->conn) : "?",
-				   needs_sets ? ", in version 1.2 or later (--all and --slots need it)" : "",
-				   needs_sets ? ", ALTER EXTENSION dlock UPDATE updates it" : "");
+				   link->conn ? PQdb(link->conn) : "?", needs,
+				   dlock_needs_1_2 ? ", ALTER EXTENSION dlock UPDATE updates it" : "");
 	return DLOCK_EXIT_ERROR;
 }
 
 /*
- * interrupted reports whether a signal (signo, 0 for none) ended a call
+ * DlockInterrupted reports whether a signal (signo, 0 for none) ended a call
  * whose result is res: no result, or the server's "canceling statement
  * due to user request" (57014).  A call that was answered before the
  * cancel arrived was not interrupted.  If it was, it says so (why: "while
  * trying to renew \"x\"") and adds the reason there was no result, if
  * any.
  */
-static bool
-interrupted(const DlockLink *link, const PGresult *res, int signo, const char *why)
+bool
+DlockInterrupted(const DlockLink *link, const PGresult *res, int signo, const char *why)
 {
 	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
 
@@ -733,7 +784,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 		sql = "SELECT lock_name, token FROM @extschema@.dlock_acquire_any($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
 	else
 		sql = "SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
-	needs_sets = l->want_array != NULL;
+	dlock_needs_1_2 = l->want_array ? "--all and --slots" : NULL;
 	DlockLeasesWanted(l, opt, wanted, sizeof(wanted));
 	snprintf(what, sizeof(what), "could not acquire %s", wanted);
 	DlockFormatDuration(opt->ttl_ms, ttlfmt, sizeof(ttlfmt));
@@ -755,7 +806,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 	{
 		if (signo)
 			return 128 + signo;
-		return call_failed(link, NULL, what, unknown);
+		return DlockCallFailed(link, NULL, what, unknown);
 	}
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 	{
@@ -765,7 +816,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 		if (signo && state && strcmp(state, "57014") == 0)
 			rc = 128 + signo;
 		else
-			rc = call_failed(link, res, what, NULL);
+			rc = DlockCallFailed(link, res, what, NULL);
 		PQclear(res);
 		return rc;
 	}
@@ -908,7 +959,7 @@ cmd_acquire(const DlockOptions *opt)
 		snprintf(owner, sizeof(owner), "dlock acquire %s ppid %d",
 				 DlockHostname(), (int) getppid());
 	DlockLeasesInit(&leases, opt);
-	connect_or_exit(&link);
+	DlockConnectOrExit(&link);
 	/* a reader gone from stdout must not kill dlock before it can release */
 	DlockSignalIgnore(SIGPIPE);
 	rc = DlockAcquireLease(&link, opt, owner, &leases, &sent_at, &answered_at);
@@ -968,14 +1019,14 @@ bool_call(const DlockOptions *opt, const char *sql, int nparams, const char *wha
 	values[2] = ttl;
 	snprintf(whatname, sizeof(whatname), "could not %s \"%s\"", what, opt->name);
 	snprintf(why, sizeof(why), "while trying to %s \"%s\"", what, opt->name);
-	connect_or_exit(&link);
+	DlockConnectOrExit(&link);
 	res = DlockLinkExec(&link, DlockSql(sql), nparams, values, opt->timeout_ms, &signo);
-	if (interrupted(&link, res, signo, why))
+	if (DlockInterrupted(&link, res, signo, why))
 		rc = 128 + signo;
 	else if (res == NULL)
-		rc = call_failed(&link, NULL, whatname, unknown);
+		rc = DlockCallFailed(&link, NULL, whatname, unknown);
 	else if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
-		rc = call_failed(&link, res, whatname, NULL);
+		rc = DlockCallFailed(&link, res, whatname, NULL);
 	else if (DlockResultIsTrue(res))
 		rc = DLOCK_EXIT_OK;
 	else
@@ -1001,168 +1052,6 @@ cmd_release(const DlockOptions *opt)
 {
 	return bool_call(opt, "SELECT @extschema@.dlock_release($1, $2::pg_catalog.int8)",
 					 2, "release", "the lease may or may not have been released (if not, it ends when its ttl runs out)");
-}
-
-/*
- * display_text returns text with control characters escaped (\n, \t,
- * \xNN), so that one lease is one line of the table (malloc'd).
- */
-static char *
-display_text(const char *text)
-{
-	char	   *out = malloc(strlen(text) * 4 + 1);
-	char	   *w = out;
-
-	if (out == NULL)
-	{
-		DlockError("out of memory");
-		exit(DLOCK_EXIT_ERROR);
-	}
-	for (; *text; text++)
-	{
-		unsigned char c = (unsigned char) *text;
-
-		if (c == '\n')
-			w += sprintf(w, "\\n");
-		else if (c == '\t')
-			w += sprintf(w, "\\t");
-		else if (c < 0x20 || c == 0x7f)
-			w += sprintf(w, "\\x%02x", c);
-		else
-			*w++ = (char) c;
-	}
-	*w = '\0';
-	return out;
-}
-
-/*
- * display_width returns the number of characters of UTF-8 text (each
- * counted as one column).
- */
-static int
-display_width(const char *text)
-{
-	int			n = 0;
-
-	for (; *text; text++)
-		if (((unsigned char) *text & 0xC0) != 0x80)
-			n++;
-	return n;
-}
-
-#define STATUS_COLS 6
-
-/*
- * cmd_status is "dlock status": one line per lease, aligned columns.
- */
-static int
-cmd_status(const DlockOptions *opt)
-{
-	static const char *const headers[STATUS_COLS] =
-	{"NAME", "TOKEN", "HOLDER", "ROLE", "EXPIRES IN", "LIVE"};
-	DlockLink	link;
-	const char *values[1] = {opt->name};
-	char	 ***cells;
-	int			width[STATUS_COLS];
-	int			signo;
-	int			nrows,
-				row,
-				col;
-	bool		any_live = false;
-	PGresult   *res;
-
-	connect_or_exit(&link);
-	res = DlockLinkExec(&link,
-						DlockSql("SELECT lock_name, token, owner, holder_role,"
-								 " (pg_catalog.date_part('epoch', expires_at OPERATOR(pg_catalog.-) pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8,"
-								 " released, live"
-								 " FROM @extschema@.dlock_leases"
-								 " WHERE $1::pg_catalog.text IS NULL OR lock_name OPERATOR(pg_catalog.=) $1"
-								 " ORDER BY lock_name"),
-						1, values, opt->timeout_ms, &signo);
-	if (interrupted(&link, res, signo, "while reading the leases"))
-	{
-		PQclear(res);
-		return 128 + signo;
-	}
-	if (res == NULL)
-		return call_failed(&link, NULL, "could not read the leases", NULL);
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		int			rc = call_failed(&link, res, "could not read the leases", NULL);
-
-		PQclear(res);
-		return rc;
-	}
-
-	nrows = PQntuples(res);
-	cells = malloc(sizeof(char **) * (nrows + 1));
-	if (cells == NULL)
-	{
-		DlockError("out of memory");
-		return DLOCK_EXIT_ERROR;
-	}
-	for (col = 0; col < STATUS_COLS; col++)
-		width[col] = display_width(headers[col]);
-	for (row = 0; row < nrows; row++)
-	{
-		char		when[64];
-		char		dur[32];
-		int64_t		left = strtoll(PQgetvalue(res, row, 4), NULL, 10);
-		bool		released = strcmp(PQgetvalue(res, row, 5), "t") == 0;
-		bool		live = strcmp(PQgetvalue(res, row, 6), "t") == 0;
-
-		any_live |= live;
-		if (live)
-			DlockFormatDuration(left, when, sizeof(when));
-		else
-		{
-			DlockFormatDuration(-left, dur, sizeof(dur));
-			snprintf(when, sizeof(when), "%s %s ago",
-					 released ? "released" : "expired", dur);
-		}
-		cells[row] = malloc(sizeof(char *) * STATUS_COLS);
-		if (cells[row] == NULL)
-		{
-			DlockError("out of memory");
-			return DLOCK_EXIT_ERROR;
-		}
-		cells[row][0] = display_text(PQgetvalue(res, row, 0));
-		cells[row][1] = display_text(PQgetvalue(res, row, 1));
-		cells[row][2] = display_text(PQgetisnull(res, row, 2) ? "" : PQgetvalue(res, row, 2));
-		cells[row][3] = display_text(PQgetisnull(res, row, 3) ? "?" : PQgetvalue(res, row, 3));
-		cells[row][4] = display_text(when);
-		cells[row][5] = display_text(live ? "yes" : "no");
-		for (col = 0; col < STATUS_COLS; col++)
-			if (display_width(cells[row][col]) > width[col])
-				width[col] = display_width(cells[row][col]);
-	}
-	PQclear(res);
-	DlockLinkClose(&link);
-
-	for (row = -1; row < nrows; row++)
-	{
-		for (col = 0; col < STATUS_COLS; col++)
-		{
-			const char *cell = row < 0 ? headers[col] : cells[row][col];
-			int			pad = width[col] - display_width(cell);
-
-			if (col == 1)		/* TOKEN: numbers right-aligned */
-				printf("%*s%s", pad, "", cell);
-			else if (col == STATUS_COLS - 1)
-				printf("%s", cell);
-			else
-				printf("%s%*s", cell, pad, "");
-			if (col < STATUS_COLS - 1)
-				fputs("  ", stdout);
-		}
-		putchar('\n');
-	}
-	if (fflush(stdout) != 0)
-		return DLOCK_EXIT_ERROR;
-	if (opt->name)
-		return any_live ? DLOCK_EXIT_OK : DLOCK_EXIT_NO;
-	return DLOCK_EXIT_OK;
 }
 
 /*

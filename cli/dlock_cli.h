@@ -29,8 +29,9 @@
  * docs/cli.md, the manual page and --help promise them.
  */
 #define DLOCK_EXIT_OK			0
-#define DLOCK_EXIT_NO			1	/* renew/release: the token holds no
-									 * live lease; status NAME: not live */
+#define DLOCK_EXIT_NO			1	/* renew/release: the token holds no live
+									 * lease; status NAME: not live; status
+									 * --stats: no statistics */
 #define DLOCK_EXIT_USAGE		64	/* EX_USAGE */
 #define DLOCK_EXIT_UNAVAILABLE	69	/* EX_UNAVAILABLE: no database, or no
 									 * answer within --timeout */
@@ -67,6 +68,9 @@ typedef struct DlockOptions
 	bool		all;			/* --all: the names are a set */
 	int			slots;			/* --slots N: one of N permits; else 0 */
 	int64_t		token;			/* TOKEN of renew and release */
+	bool		waiters;		/* status --waiters: the waiting sessions */
+	bool		stats;			/* status --stats: the database's counters */
+	bool		json;			/* status --json: JSON instead of a table */
 	char	  **cmd;			/* run: CMD [ARG...], NULL-terminated */
 } DlockOptions;
 
@@ -177,6 +181,12 @@ extern int	DlockParseArray(const char *text, char ***elems);
 extern bool DlockLeasesSetEnv(const DlockLeases *l);
 
 /* dlock.c */
+extern const char *dlock_needs_1_2;
+extern void DlockConnectOrExit(DlockLink *link);
+extern int	DlockCallFailed(DlockLink *link, const PGresult *res,
+							const char *what, const char *unknown);
+extern bool DlockInterrupted(const DlockLink *link, const PGresult *res,
+							 int signo, const char *why);
 extern int	DlockAcquireLease(DlockLink *link, const DlockOptions *opt,
 							  const char *owner, DlockLeases *l,
 							  int64_t *sent_at, int64_t *answered_at);
@@ -185,5 +195,8 @@ extern void DlockDescribeHolder(DlockLink *link, const DlockOptions *opt,
 
 /* run.c */
 extern int	DlockRun(const DlockOptions *opt);
+
+/* status.c */
+extern int	DlockStatus(const DlockOptions *opt);
 
 #endif							/* DLOCK_CLI_H */
