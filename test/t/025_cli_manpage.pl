@@ -158,8 +158,8 @@ sub same_set
 # nothing on either side would find them equal.
 my @commands = qw(run acquire renew release status);
 my @options =
-  qw(-d --dbname --schema --ttl --wait --owner --kill-after --timeout --slots --all --help -V
-  --version);
+  qw(-d --dbname --schema --ttl --wait --owner --kill-after --timeout --slots --all --waiters
+  --stats --json --help -V --version);
 for my $c (@commands)
 {
 	ok($help_commands{$c}, "--help lists the command $c");
