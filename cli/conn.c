@@ -98,7 +98,8 @@ quote_ident(const char *name)
  * says otherwise, the first connection gives up after 10 seconds.  The
  * session shows up as application_name "dlock" unless PGAPPNAME or -d
  * names it.  For --json the client encoding is UTF8, whatever
- * PGCLIENTENCODING or -d say: JSON text is UTF-8.
+ * PGCLIENTENCODING or -d say: JSON text is UTF-8 (cli/status.c sets it
+ * back to SQL_ASCII for a SQL_ASCII database).
  */
 void
 DlockConnInit(const DlockOptions *opt)

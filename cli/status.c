@@ -13,10 +13,12 @@
  * client's clock plays no part; JSON carries them as milliseconds, next to
  * the timestamps in ISO 8601 as to_json() writes them.  JSON strings are
  * written by json_string() below: quotes, backslashes and control
- * characters escaped, and valid UTF-8 (the connection asks for client
- * encoding UTF8; a byte that is not UTF-8 all the same, from a SQL_ASCII
- * database, becomes U+FFFD).  Tables show control characters escaped, so
- * that a row is one line.
+ * characters escaped, and valid UTF-8.  For that the connection asks for
+ * client encoding UTF8 (cli/conn.c), except from a SQL_ASCII database,
+ * whose text the server would refuse to send as UTF8 when it is not:
+ * there the client encoding is SQL_ASCII, the bytes come as they are, and
+ * a byte that is not UTF-8 becomes U+FFFD.  Tables show control characters
+ * escaped, so that a row is one line.
  *
  * Concurrency: none; one thread, one connection.
  *
@@ -396,37 +398,65 @@ json_rows(const PGresult *res, int ncols)
 }
 
 /*
- * status_query connects and runs sql, with NAME (NULL without one) as $1
- * when nparams is 1.  Returns 0 with the rows in *res, or reports the
- * failure ("could not read " what) and returns the exit status (69, 70,
- * 128+signal).  The connection is closed either way.
+ * status_call runs sql on link, with NAME (NULL without one) as $1 when
+ * nparams is 1.  Returns 0 with the rows in *res, or reports the failure
+ * ("could not read " what) and returns the exit status (69, 70,
+ * 128+signal).
+ */
+static int
+status_call(DlockLink *link, const DlockOptions *opt, const char *sql,
+			int nparams, const char *what, PGresult **res)
+{
+	const char *values[1] = {opt->name};
+	char		msg[200];
+	int			signo;
+	int			rc = DLOCK_EXIT_OK;
+
+	*res = DlockLinkExec(link, sql, nparams, values, opt->timeout_ms, &signo);
+	snprintf(msg, sizeof(msg), "while reading %s", what);
+	if (DlockInterrupted(link, *res, signo, msg))
+		rc = 128 + signo;
+	else
+	{
+		snprintf(msg, sizeof(msg), "could not read %s", what);
+		if (*res == NULL)
+			rc = DlockCallFailed(link, NULL, msg, NULL);
+		else if (PQresultStatus(*res) != PGRES_TUPLES_OK)
+			rc = DlockCallFailed(link, *res, msg, NULL);
+	}
+	if (rc != DLOCK_EXIT_OK)
+	{
+		PQclear(*res);
+		*res = NULL;
+	}
+	return rc;
+}
+
+/*
+ * status_query connects and runs sql (see status_call), returning 0 with
+ * the rows in *res or the exit status.  The connection is closed either
+ * way.  For --json from a SQL_ASCII database it first sets the client
+ * encoding to SQL_ASCII (see the header).
  */
 static int
 status_query(const DlockOptions *opt, const char *sql, int nparams,
 			 const char *what, PGresult **res)
 {
 	DlockLink	link;
-	const char *values[1] = {opt->name};
-	char		failed[200];
-	char		why[200];
-	int			signo;
+	const char *encoding;
 	int			rc = DLOCK_EXIT_OK;
 
-	snprintf(failed, sizeof(failed), "could not read %s", what);
-	snprintf(why, sizeof(why), "while reading %s", what);
 	DlockConnectOrExit(&link);
-	*res = DlockLinkExec(&link, DlockSql(sql), nparams, values, opt->timeout_ms, &signo);
-	if (DlockInterrupted(&link, *res, signo, why))
-		rc = 128 + signo;
-	else if (*res == NULL)
-		rc = DlockCallFailed(&link, NULL, failed, NULL);
-	else if (PQresultStatus(*res) != PGRES_TUPLES_OK)
-		rc = DlockCallFailed(&link, *res, failed, NULL);
-	if (rc != DLOCK_EXIT_OK)
+	encoding = PQparameterStatus(link.conn, "server_encoding");
+	if (opt->json && encoding && strcmp(encoding, "SQL_ASCII") == 0)
 	{
+		rc = status_call(&link, opt,
+						 "SELECT pg_catalog.set_config('client_encoding', 'SQL_ASCII', false)",
+						 0, what, res);
 		PQclear(*res);
-		*res = NULL;
 	}
+	if (rc == DLOCK_EXIT_OK)
+		rc = status_call(&link, opt, DlockSql(sql), nparams, what, res);
 	DlockLinkClose(&link);
 	return rc;
 }
