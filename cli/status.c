@@ -93,8 +93,9 @@ MS("pg_catalog.clock_timestamp()", "expires_at") " AS expires_in_ms"
 
 /*
  * The waiters of the current database: every column of dlock_waiters,
- * waiting_ms, and wait_left_ms (NULL when it waits forever), in queue
- * order (position is NULL for kind 'any', which is not FIFO: last).
+ * waiting_ms, and wait_left_ms (NULL when it waits forever), in the
+ * view's order: by name (byte by byte), then place in the queue
+ * (position is NULL for kind 'any', which is not FIFO: last).
  */
 static const char waiters_sql[] =
 "SELECT w.pid, w.database, w.role, w.lock_name, w.kind, w.names, "
@@ -104,7 +105,7 @@ MS("w.waiting_since", "pg_catalog.clock_timestamp()") " AS waiting_ms,"
 MS("pg_catalog.clock_timestamp()", "w.wait_until") " END AS wait_left_ms"
 " FROM @extschema@.dlock_waiters w"
 " WHERE $1::pg_catalog.text IS NULL OR w.lock_name OPERATOR(pg_catalog.=) $1"
-" ORDER BY w.lock_name, w.position, w.waiting_since, w.pid";
+" ORDER BY w.lock_name COLLATE pg_catalog.\"C\", w.position NULLS LAST, w.waiting_since, w.pid";
 
 #define WAITER_PID		0
 #define WAITER_ROLE		2
@@ -117,17 +118,33 @@ MS("pg_catalog.clock_timestamp()", "w.wait_until") " END AS wait_left_ms"
 /*
  * The current database's row of dlock_stats, one row per column, in the
  * view's order: the column's name, its value as text (timestamps in ISO
- * 8601), and its JSON type (so that every column, also one added later,
- * is shown and typed without dlock knowing it).  No rows when the view
- * has none for this database.
+ * 8601, through to_json()), and its type (from the view's row type), so
+ * that every column, also one added later, is shown and typed without
+ * dlock knowing it.  No rows when the view has none for this database.
  */
 static const char stats_sql[] =
-"SELECT j.key, j.value OPERATOR(pg_catalog.#>>) '{}', pg_catalog.json_typeof(j.value)"
-" FROM @extschema@.dlock_stats s,"
-" pg_catalog.json_each(pg_catalog.to_json(s)) WITH ORDINALITY AS j(key, value, n)"
+"SELECT a.attname, j.value OPERATOR(pg_catalog.#>>) '{}', a.atttypid"
+" FROM @extschema@.dlock_stats s"
+" CROSS JOIN pg_catalog.json_each(pg_catalog.to_json(s)) j"
+" JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) pg_catalog.pg_typeof(s)"
+" JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) t.typrelid"
+" AND a.attname OPERATOR(pg_catalog.=) j.key"
 " WHERE s.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d"
 " WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())"
-" ORDER BY j.n";
+" ORDER BY a.attnum";
+
+/*
+ * Why dlock_stats has no row for the current database: whether dlock is in
+ * shared_preload_libraries (NULL when the role may not read that
+ * setting: superusers and members of pg_read_all_settings may), and
+ * dlock.track_stats (the library is loaded by then).
+ */
+static const char no_stats_sql[] =
+"SELECT (SELECT 'dlock' OPERATOR(pg_catalog.=) ANY ("
+"SELECT pg_catalog.regexp_replace(pg_catalog.btrim(l, ' \"'), '^.*/|\\.so$', '', 'g')"
+" FROM pg_catalog.regexp_split_to_table(s.setting, ',') l)"
+" FROM pg_catalog.pg_settings s WHERE s.name OPERATOR(pg_catalog.=) 'shared_preload_libraries'),"
+" pg_catalog.current_setting('dlock.track_stats', true)";
 
 /*
  * display_text returns text with control characters escaped (\n, \t,
@@ -433,31 +450,29 @@ status_call(DlockLink *link, const DlockOptions *opt, const char *sql,
 }
 
 /*
- * status_query connects and runs sql (see status_call), returning 0 with
- * the rows in *res or the exit status.  The connection is closed either
- * way.  For --json from a SQL_ASCII database it first sets the client
- * encoding to SQL_ASCII (see the header).
+ * status_query connects link and runs sql on it (see status_call),
+ * returning 0 with the rows in *res or the exit status.  The caller
+ * closes link.  For --json from a SQL_ASCII database it first sets the
+ * client encoding to SQL_ASCII (see the header).
  */
 static int
-status_query(const DlockOptions *opt, const char *sql, int nparams,
-			 const char *what, PGresult **res)
+status_query(DlockLink *link, const DlockOptions *opt, const char *sql,
+			 int nparams, const char *what, PGresult **res)
 {
-	DlockLink	link;
 	const char *encoding;
 	int			rc = DLOCK_EXIT_OK;
 
-	DlockConnectOrExit(&link);
-	encoding = PQparameterStatus(link.conn, "server_encoding");
+	DlockConnectOrExit(link);
+	encoding = PQparameterStatus(link->conn, "server_encoding");
 	if (opt->json && encoding && strcmp(encoding, "SQL_ASCII") == 0)
 	{
-		rc = status_call(&link, opt,
+		rc = status_call(link, opt,
 						 "SELECT pg_catalog.set_config('client_encoding', 'SQL_ASCII', false)",
 						 0, what, res);
 		PQclear(*res);
 	}
 	if (rc == DLOCK_EXIT_OK)
-		rc = status_call(&link, opt, DlockSql(sql), nparams, what, res);
-	DlockLinkClose(&link);
+		rc = status_call(link, opt, DlockSql(sql), nparams, what, res);
 	return rc;
 }
 
@@ -486,13 +501,15 @@ status_leases(const DlockOptions *opt)
 {
 	static const char *const headers[] =
 	{"NAME", "TOKEN", "HOLDER", "ROLE", "EXPIRES IN", "LIVE"};
+	DlockLink	link;
 	StatusTable t;
 	PGresult   *res;
 	bool		any_live = false;
 	int			row;
 	int			rc;
 
-	rc = status_query(opt, leases_sql, 1, "the leases", &res);
+	rc = status_query(&link, opt, leases_sql, 1, "the leases", &res);
+	DlockLinkClose(&link);
 	if (rc != DLOCK_EXIT_OK)
 		return rc;
 	for (row = 0; row < PQntuples(res); row++)
@@ -544,13 +561,15 @@ status_waiters(const DlockOptions *opt)
 {
 	static const char *const headers[] =
 	{"PID", "NAME", "KIND", "POSITION", "WAITING", "WAIT LEFT", "ROLE"};
+	DlockLink	link;
 	StatusTable t;
 	PGresult   *res;
 	int			row;
 	int			rc;
 
 	dlock_needs_1_2 = "--waiters and --stats";
-	rc = status_query(opt, waiters_sql, 1, "the waiters", &res);
+	rc = status_query(&link, opt, waiters_sql, 1, "the waiters", &res);
+	DlockLinkClose(&link);
 	if (rc != DLOCK_EXIT_OK)
 		return rc;
 	if (opt->json)
@@ -587,44 +606,75 @@ status_waiters(const DlockOptions *opt)
 }
 
 /*
+ * no_stats says why dlock_stats has no row for this database, as far as
+ * the second query on link (no_stats_sql) can tell.
+ */
+static void
+no_stats(DlockLink *link, const DlockOptions *opt)
+{
+	PGresult   *res;
+	int			signo;
+
+	res = DlockLinkExec(link, no_stats_sql, 0, NULL, opt->timeout_ms, &signo);
+	if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+		!PQgetisnull(res, 0, 0) && strcmp(PQgetvalue(res, 0, 0), "f") == 0)
+		DlockError("no statistics for this database: dlock is not in shared_preload_libraries, and dlock_stats counts only with it");
+	else if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+			 !PQgetisnull(res, 0, 1) && strcmp(PQgetvalue(res, 0, 1), "off") == 0)
+		DlockError("no statistics for this database: dlock.track_stats is off");
+	else if (res && PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
+			 !PQgetisnull(res, 0, 0))
+		DlockError("no statistics for this database yet: nothing in it has used dlock since the server started");
+	else
+		DlockError("no statistics for this database: dlock_stats has a row for a database only when dlock is in shared_preload_libraries and the database has used dlock since the server started");
+	PQclear(res);
+}
+
+/*
  * status_stats is "dlock status --stats": the current database's row of
  * dlock_stats, as a table of two columns (COUNTER, VALUE: one line per
  * column of the view) or with --json one object with every column.  When
  * the view has no row for this database (dlock is not in
  * shared_preload_libraries, or nothing in this database has used dlock
- * since the server started), it prints nothing, says so and exits 1.
+ * since the server started), it prints nothing, says why (no_stats) and
+ * exits 1.
  */
 static int
 status_stats(const DlockOptions *opt)
 {
 	static const char *const headers[] = {"COUNTER", "VALUE"};
+	DlockLink	link;
 	StatusTable t;
 	PGresult   *res;
 	int			row;
 	int			rc;
 
 	dlock_needs_1_2 = "--waiters and --stats";
-	rc = status_query(opt, stats_sql, 0, "the statistics", &res);
-	if (rc != DLOCK_EXIT_OK)
-		return rc;
-	if (PQntuples(res) == 0)
+	rc = status_query(&link, opt, stats_sql, 0, "the statistics", &res);
+	if (rc == DLOCK_EXIT_OK && PQntuples(res) == 0)
 	{
-		DlockError("no statistics for this database: dlock_stats has a row for a database only when dlock is in shared_preload_libraries and the database has used dlock since the server started");
+		no_stats(&link, opt);
+		rc = DLOCK_EXIT_NO;
+	}
+	DlockLinkClose(&link);
+	if (rc != DLOCK_EXIT_OK)
+	{
 		PQclear(res);
-		return DLOCK_EXIT_NO;
+		return rc;
 	}
 	if (opt->json)
 	{
 		putchar('{');
 		for (row = 0; row < PQntuples(res); row++)
 		{
-			const char *type = PQgetvalue(res, row, 2);
+			Oid			type = (Oid) strtoul(PQgetvalue(res, row, 2), NULL, 10);
 
 			if (row > 0)
 				fputs(", ", stdout);
+			/* a boolean comes through to_json() as true or false */
 			json_member(PQgetvalue(res, row, 0), PQgetvalue(res, row, 1),
 						PQgetisnull(res, row, 1),
-						strcmp(type, "string") == 0 ? JSON_STRING : JSON_LITERAL);
+						type == TYPE_BOOL ? JSON_LITERAL : json_kind(type));
 		}
 		fputs("}\n", stdout);
 	}
