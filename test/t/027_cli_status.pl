@@ -301,6 +301,13 @@ my $sconn = $node->connstr('statsdb');
 # ds runs dlock on statsdb.
 sub ds { return dlock_run([ '-d', $sconn, @_ ]); }
 
+# before anything in it used dlock: no row yet
+$h = ds('status', '--stats');
+is($h->{rc}, 1, 'status --stats in a database that has not used dlock: exit 1');
+is($h->{stdout}, '', 'status --stats in a database that has not used dlock: nothing on stdout');
+like($h->{stderr}, qr/^dlock: no statistics for this database yet: nothing in it has used dlock since the server started$/m,
+	'status --stats in a database that has not used dlock: says so');
+
 my $ta = ds('acquire', '--ttl', '1h', 'a')->{stdout} =~ s/\n//r;
 my $tb = ds('acquire', '--ttl', '1h', 'b')->{stdout} =~ s/\n//r;
 my $tc = ds('acquire', '--ttl', '300ms', 'c')->{stdout} =~ s/\n//r;
@@ -353,7 +360,8 @@ is( join('|', map { $st->{$_} } grep { $_ ne 'stats_reset' } @columns),
 		'SELECT ' . join(', ', grep { $_ ne 'stats_reset' } @columns)
 		  . ' FROM dlock_stats WHERE datname = current_database()'),
 	'status --stats --json: every value as in dlock_stats');
-like($h->{stdout}, qr/"grants_new": 3, /, 'status --stats --json: counters are numbers');
+like($h->{stdout}, qr/\A\{"datid": \d+, "datname": "statsdb", "grants_new": 3, /,
+	'status --stats --json: datid and the counters are numbers, in the view\'s order');
 like($h->{stdout}, qr/"datname": "statsdb"/, 'status --stats --json: datname is a string');
 like($st->{stats_reset}, qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?[+-]\d\d:\d\d$/,
 	'status --stats --json: stats_reset in ISO 8601');
@@ -390,6 +398,25 @@ $h = dlock_run([ '-d', $node->connstr('bytes'), 'status', '--json' ]);
 like($h->{stdout}, qr/"lock_name": "bad\\ufffd\\ufffd"/, 'SQL_ASCII database: each stray byte is \ufffd in JSON');
 is(decode($h->{stdout}, 'status --json of a SQL_ASCII database')->[0]{lock_name},
 	"bad\x{fffd}\x{fffd}", 'SQL_ASCII database: valid JSON');
+
+# ---------------------------------------------------------------------
+# --schema: the extension in a schema off the search_path, whose name
+# needs quoting (PostgreSQL refuses quotes in an extension's schema).
+# ---------------------------------------------------------------------
+sql('CREATE DATABASE coord');
+$node->safe_psql('coord', q{CREATE SCHEMA "Co ord"; CREATE EXTENSION dlock SCHEMA "Co ord"});
+my @coord = ('-d', $node->connstr('coord'), '--schema', 'Co ord');
+is(dlock_run([ @coord, 'acquire', 'in-coord' ])->{rc}, 0, '--schema: acquired');
+$h = dlock_run([ @coord, 'status', '--stats', '--json' ]);
+is($h->{rc}, 0, '--schema: status --stats --json: exit 0');
+like($h->{stdout}, qr/"datname": "coord", "grants_new": 1, /, '--schema: status --stats --json: the counters');
+$h = dlock_run([ @coord, 'status', '--waiters', '--json' ]);
+is($h->{stdout}, "[]\n", '--schema: status --waiters --json: nobody waits');
+$h = dlock_run([ @coord, 'status', '--json' ]);
+like($h->{stdout}, qr/"lock_name": "in-coord"/, '--schema: status --json: the lease');
+$h = dlock_run([ '-d', $node->connstr('coord'), 'status', '--stats' ]);
+is($h->{rc}, 70, 'no --schema, extension off the search_path: status --stats exits 70');
+like($h->{stderr}, qr/--schema names its schema/, 'with a hint about --schema');
 
 # ---------------------------------------------------------------------
 # An extension older than 1.2: the views are missing.
@@ -431,9 +458,15 @@ for my $args ([ 'status', '--stats' ], [ 'status', '--stats', '--json' ])
 	$h = dlock_run([ '-d', $pconn, @$args ]);
 	is($h->{rc}, 1, "no preload: @$args exits 1");
 	is($h->{stdout}, '', "no preload: @$args prints nothing on stdout");
-	like($h->{stderr}, qr/^dlock: no statistics for this database: .*shared_preload_libraries/m,
+	like($h->{stderr}, qr/^dlock: no statistics for this database: dlock is not in shared_preload_libraries, and dlock_stats counts only with it$/m,
 		"no preload: @$args says why on stderr");
 }
+# a role that may not read shared_preload_libraries gets both reasons
+$plain->safe_psql('postgres', 'CREATE ROLE bob LOGIN');
+$h = dlock_run([ '-d', "$pconn user=bob", 'status', '--stats' ]);
+is($h->{rc}, 1, 'no preload, an ordinary role: status --stats exits 1');
+like($h->{stderr}, qr/^dlock: no statistics for this database: dlock_stats has a row for a database only when dlock is in shared_preload_libraries and the database has used dlock since the server started$/m,
+	'no preload, an ordinary role: the message names both reasons');
 $plain->safe_psql('postgres', q{SELECT dlock_break('p')});
 ($out, $state) = bg_finish($poller);
 is($state, '00000', 'no preload: the poller got its lease');
