@@ -40,6 +40,15 @@
  * name only wakes it needlessly.  So any-waiters are not served in FIFO
  * order among themselves: they race at each release.
  *
+ * A queue is a name in one database: the key of a queue (QUEUE_KEY) is the
+ * name's hash with the database's OID mixed in, and the head of a queue is
+ * sought among the slots of the current database only, so waiters of the
+ * same name in another database (another lease table) never stand in the
+ * way.  A slot also describes its call for the dlock_waiters view (pid,
+ * database, role, the name, kind, deadline), written when it is taken.
+ * A call counts as a wait for dlock_stats (stats.c) when it first queues
+ * or, polling, first sleeps (wait_begins).
+ *
  * Without preload, every waiter polls: it retries with a backoff from
  * DLOCK_BACKOFF_MIN_MS doubling to DLOCK_BACKOFF_MAX_MS, or at the expiry
  * of the lease it saw if that comes first, never past its deadline.
