@@ -1,4 +1,4 @@
-/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen'); many names at once */
+/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen'); many names at once; waiters and counters */
 
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION dlock UPDATE TO '1.2'" to load this file. \quit
@@ -115,6 +115,120 @@ GRANT EXECUTE ON FUNCTION @extschema@.dlock_acquire_all(pg_catalog.text[], pg_ca
 GRANT EXECUTE ON FUNCTION @extschema@.dlock_acquire_any(pg_catalog.text[], pg_catalog.interval, pg_catalog.interval, pg_catalog.text) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.dlock_renew_each(pg_catalog.text[], pg_catalog.int8[], pg_catalog.interval) TO PUBLIC;
 GRANT EXECUTE ON FUNCTION @extschema@.dlock_release_each(pg_catalog.text[], pg_catalog.int8[]) TO PUBLIC;
+
+/*
+ * What operators see (src/wait.c, src/stats.c): the waiting calls of this
+ * database, and the counters of every database since the server start.
+ * Both read shared memory, so they have rows only with
+ * shared_preload_libraries = 'dlock'.  The functions behind them stay
+ * executable by PUBLIC, as the views are readable by it: they show no
+ * lease data the leases view does not, and only this database's waiters.
+ */
+CREATE FUNCTION @extschema@.dlock_waiters_read(
+    OUT pid pg_catalog.int4,
+    OUT datid pg_catalog.oid,
+    OUT roleid pg_catalog.oid,
+    OUT lock_name pg_catalog.text,
+    OUT kind pg_catalog.text,
+    OUT names pg_catalog.int4,
+    OUT waiting_since pg_catalog.timestamptz,
+    OUT wait_until pg_catalog.timestamptz,
+    OUT "position" pg_catalog.int4)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_waiters_read'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.dlock_waiters_read() IS
+    'dlock: the waiting calls of this database, for the dlock_waiters view';
+
+CREATE VIEW @extschema@.dlock_waiters AS
+SELECT w.pid,
+       d.datname AS database,
+       pg_catalog.pg_get_userbyid(w.roleid) AS role,
+       w.lock_name,
+       w.kind,
+       w.names,
+       w.waiting_since,
+       w.wait_until,
+       w."position"
+  FROM @extschema@.dlock_waiters_read() w
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) w.datid
+ ORDER BY w.lock_name COLLATE "C", w."position" NULLS LAST, w.waiting_since, w.pid;
+
+COMMENT ON VIEW @extschema@.dlock_waiters IS
+    'dlock: one row per call waiting for a lease in this database; position 1 is next in its queue (needs shared_preload_libraries = dlock)';
+
+GRANT SELECT ON @extschema@.dlock_waiters TO PUBLIC;
+
+CREATE FUNCTION @extschema@.dlock_stats_read(
+    OUT datid pg_catalog.oid,
+    OUT grants_new pg_catalog.int8,
+    OUT grants_after_release pg_catalog.int8,
+    OUT takeovers pg_catalog.int8,
+    OUT refusals pg_catalog.int8,
+    OUT waits pg_catalog.int8,
+    OUT wait_timeouts pg_catalog.int8,
+    OUT renewals pg_catalog.int8,
+    OUT renewals_failed pg_catalog.int8,
+    OUT releases pg_catalog.int8,
+    OUT releases_failed pg_catalog.int8,
+    OUT breaks pg_catalog.int8,
+    OUT purged pg_catalog.int8,
+    OUT fence_latest_accepted pg_catalog.int8,
+    OUT fence_latest_rejected pg_catalog.int8,
+    OUT fence_live_accepted pg_catalog.int8,
+    OUT fence_live_rejected pg_catalog.int8,
+    OUT fence_seen_accepted pg_catalog.int8,
+    OUT fence_seen_rejected pg_catalog.int8,
+    OUT token_jumps pg_catalog.int8,
+    OUT stats_reset pg_catalog.timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_stats_read'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.dlock_stats_read() IS
+    'dlock: the counters of every database, for the dlock_stats view';
+
+CREATE VIEW @extschema@.dlock_stats AS
+SELECT s.datid,
+       d.datname,
+       s.grants_new,
+       s.grants_after_release,
+       s.takeovers,
+       s.refusals,
+       s.waits,
+       s.wait_timeouts,
+       s.renewals,
+       s.renewals_failed,
+       s.releases,
+       s.releases_failed,
+       s.breaks,
+       s.purged,
+       s.fence_latest_accepted,
+       s.fence_latest_rejected,
+       s.fence_live_accepted,
+       s.fence_live_rejected,
+       s.fence_seen_accepted,
+       s.fence_seen_rejected,
+       s.token_jumps,
+       s.stats_reset
+  FROM @extschema@.dlock_stats_read() s
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.datid;
+
+COMMENT ON VIEW @extschema@.dlock_stats IS
+    'dlock: counters per database since the server start or dlock_stats_reset() (needs shared_preload_libraries = dlock)';
+
+GRANT SELECT ON @extschema@.dlock_stats TO PUBLIC;
+
+CREATE FUNCTION @extschema@.dlock_stats_reset()
+RETURNS pg_catalog.void
+AS 'MODULE_PATHNAME', 'dlock_stats_reset'
+LANGUAGE C VOLATILE STRICT PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION @extschema@.dlock_stats_reset() IS
+    'dlock: set this database''s counters in dlock_stats to zero';
+
+REVOKE ALL ON FUNCTION @extschema@.dlock_stats_reset() FROM PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.dlock_fence() IS
     'dlock: fencing trigger, BEFORE INSERT, UPDATE or DELETE row trigger or BEFORE TRUNCATE statement trigger; arguments: lock name template, token column [, latest | live | seen]';

@@ -39,6 +39,14 @@ bool		dlock_fence_cache = true;
 /* dlock.async_release: whether a release of its own skips the flush */
 bool		dlock_async_release = true;
 
+/* dlock.log_lease_changes's values */
+static const struct config_enum_entry log_lease_changes_options[] = {
+	{"off", DLOCK_LOG_CHANGES_OFF, false},
+	{"takeovers", DLOCK_LOG_CHANGES_TAKEOVERS, false},
+	{"all", DLOCK_LOG_CHANGES_ALL, false},
+	{NULL, 0, false}
+};
+
 void		_PG_init(void);
 
 /*
@@ -104,9 +112,39 @@ _PG_init(void)
 							 0,
 							 NULL, NULL, NULL);
 
+	DefineCustomBoolVariable("dlock.track_stats",
+							 "Whether lease operations and fence decisions are counted for dlock_stats.",
+							 "Needs shared_preload_libraries = 'dlock'.",
+							 &dlock_track_stats,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("dlock.notify",
+							 "Whether each committed lease change sends a NOTIFY on channel dlock.",
+							 "The payload is JSON: event, lock_name, token, previous_token.",
+							 &dlock_notify,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("dlock.log_lease_changes",
+							 "Which committed lease changes are logged.",
+							 "takeovers: takeovers of expired leases and breaks; all: every grant, "
+							 "release, break and purged row as well.",
+							 &dlock_log_lease_changes,
+							 DLOCK_LOG_CHANGES_OFF,
+							 log_lease_changes_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("dlock");
 
 	DlockCheckedInit();
+	DlockEventsInit();
 	DlockAsyncReleaseInit();
 	DlockShmemInstallHooks();
 	DlockFenceCacheInit();

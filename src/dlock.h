@@ -19,7 +19,8 @@
  * checked.c (what the transaction has checked with dlock_check),
  * lease_set.c (the SQL entry points for many names at once),
  * async_commit.c (a transaction that only released leases does not wait
- * for its WAL flush).
+ * for its WAL flush), stats.c (the counters of dlock_stats), events.c
+ * (lease events: NOTIFY and log lines at commit).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -39,6 +40,9 @@
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "utils/timestamp.h"
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
+#endif
 
 /* The SQLSTATE of every fencing rejection: class 55, dlock subclass T01. */
 #define ERRCODE_DLOCK_STALE_TOKEN	MAKE_SQLSTATE('5','5','T','0','1')
@@ -88,6 +92,97 @@ extern void DlockAsyncReleaseEnd(void);
 /* dlock.c: settings */
 extern int	dlock_max_ttl;		/* dlock.max_ttl, in seconds */
 
+/*
+ * stats.c: the counters of the dlock_stats view, in its column order
+ * (docs/sql-reference.md says what each counts).
+ */
+typedef enum DlockStat
+{
+	DLOCK_STAT_GRANTS_NEW,
+	DLOCK_STAT_GRANTS_AFTER_RELEASE,
+	DLOCK_STAT_TAKEOVERS,
+	DLOCK_STAT_REFUSALS,
+	DLOCK_STAT_WAITS,
+	DLOCK_STAT_WAIT_TIMEOUTS,
+	DLOCK_STAT_RENEWALS,
+	DLOCK_STAT_RENEWALS_FAILED,
+	DLOCK_STAT_RELEASES,
+	DLOCK_STAT_RELEASES_FAILED,
+	DLOCK_STAT_BREAKS,
+	DLOCK_STAT_PURGED,
+	DLOCK_STAT_FENCE_LATEST_ACCEPTED,
+	DLOCK_STAT_FENCE_LATEST_REJECTED,
+	DLOCK_STAT_FENCE_LIVE_ACCEPTED,
+	DLOCK_STAT_FENCE_LIVE_REJECTED,
+	DLOCK_STAT_FENCE_SEEN_ACCEPTED,
+	DLOCK_STAT_FENCE_SEEN_REJECTED,
+	DLOCK_STAT_TOKEN_JUMPS,
+	DLOCK_NUM_STATS
+} DlockStat;
+
+extern bool dlock_track_stats;	/* dlock.track_stats */
+extern Size DlockStatsShmemSize(void);
+extern void DlockStatsShmemInit(void);
+extern void DlockStatsCount(DlockStat stat, uint64 n);
+
+/* How a lease was granted: the name's row before the grant. */
+typedef enum DlockGrantKind
+{
+	DLOCK_GRANT_NEW,			/* no row: the name's first lease */
+	DLOCK_GRANT_AFTER_RELEASE,	/* the previous lease was released or broken */
+	DLOCK_GRANT_TAKEOVER		/* the previous lease expired unreleased */
+} DlockGrantKind;
+
+/* The lease a grant replaced (none for DLOCK_GRANT_NEW). */
+typedef struct DlockPrevLease
+{
+	DlockGrantKind kind;
+	int64		token;			/* the previous token; 0 for a new name */
+	text	   *owner;			/* its owner label (may be NULL) */
+	TimestampTz ended_at;		/* its expiry, or release time */
+} DlockPrevLease;
+
+/*
+ * DlockStatsCountGrant counts a grant of kind.
+ */
+static inline void
+DlockStatsCountGrant(DlockGrantKind kind)
+{
+	DlockStatsCount(kind == DLOCK_GRANT_NEW ? DLOCK_STAT_GRANTS_NEW :
+					kind == DLOCK_GRANT_AFTER_RELEASE ?
+					DLOCK_STAT_GRANTS_AFTER_RELEASE : DLOCK_STAT_TAKEOVERS, 1);
+}
+
+/* events.c: lease events, sent (NOTIFY) and logged at commit */
+typedef enum DlockLogChanges
+{
+	DLOCK_LOG_CHANGES_OFF,
+	DLOCK_LOG_CHANGES_TAKEOVERS,
+	DLOCK_LOG_CHANGES_ALL
+} DlockLogChanges;
+
+extern bool dlock_notify;		/* dlock.notify */
+extern int	dlock_log_lease_changes;	/* dlock.log_lease_changes */
+extern void DlockEventsInit(void);
+extern void DlockEventGrant(text *lock_name, int64 token,
+							const DlockPrevLease *prev);
+extern void DlockEventRelease(text *lock_name, int64 token);
+extern void DlockEventBreak(text *lock_name, int64 token, text *owner,
+							TimestampTz expires_at);
+extern void DlockEventPurge(text *lock_name, int64 token);
+extern bool DlockEventsWanted(bool takeover_or_break);
+
+/*
+ * DlockReportGrant counts the grant of token on lock_name and records its
+ * lease event; prev is the lease it replaced.
+ */
+static inline void
+DlockReportGrant(text *lock_name, int64 token, const DlockPrevLease *prev)
+{
+	DlockStatsCountGrant(prev->kind);
+	DlockEventGrant(lock_name, token, prev);
+}
+
 /* store.c: the lease table and the token sequence */
 
 /* What a renew or release found. */
@@ -101,10 +196,12 @@ typedef enum DlockStoreOutcome
 extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
 								 Oid holder, TimestampTz now,
 								 TimestampTz expires,
-								 int64 *token, TimestampTz *held_until);
+								 int64 *token, TimestampTz *held_until,
+								 DlockPrevLease *prev);
 extern bool DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n,
 									text *owner, Oid holder, TimestampTz now,
 									TimestampTz expires, int64 *tokens,
+									DlockPrevLease *prevs,
 									TimestampTz *held_until, int *refused);
 extern DlockStoreOutcome DlockStoreRenew(Oid fn_oid, text *lock_name,
 										 int64 token, TimestampTz now,
@@ -125,7 +222,8 @@ extern void DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n,
 								TimestampTz now, TimestampTz expires);
 extern void DlockStoreReleaseEach(Oid fn_oid, DlockStoreItem *items, int n,
 								  TimestampTz now);
-extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now);
+extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now,
+							int64 *token, TimestampTz *expires, text **owner);
 extern int64 DlockStorePurge(Oid fn_oid, TimestampTz cutoff);
 extern void DlockStoreTokenInit(Oid fn_oid);
 
@@ -180,13 +278,33 @@ extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024
 
+/* What a waiting call is (the kind column of dlock_waiters). */
+typedef enum DlockWaitKind
+{
+	DLOCK_WAIT_ONE,				/* dlock_acquire */
+	DLOCK_WAIT_ALL,				/* dlock_acquire_all */
+	DLOCK_WAIT_ANY				/* dlock_acquire_any */
+} DlockWaitKind;
+
 typedef struct DlockWaiter
 {
 	bool		in_use;
 	bool		any;			/* an any-slot (dlock_acquire_any, wait.c) */
-	uint64		hash;			/* DlockNameHash of the name waited for */
+	uint64		hash;			/* the queue: DlockNameHash of the name
+								 * waited for, with the database mixed in */
 	uint64		ticket;			/* queue position: lower waits longer */
 	uint64		any_buckets[DLOCK_WAIT_BUCKETS / 64];	/* an any-slot's buckets */
+	/* what dlock_waiters shows */
+	int			pid;
+	Oid			dboid;
+	Oid			roleid;
+	DlockWaitKind kind;
+	int			nnames;
+	TimestampTz since;
+	TimestampTz until;
+	int			namelen;
+	char		name[DLOCK_MAX_NAME_BYTES];	/* the name waited for (not
+											 * terminated) */
 } DlockWaiter;
 
 /* Databases whose token boot jump a server start can record (token.c). */
@@ -214,16 +332,33 @@ extern void DlockShmemInstallHooks(void);
  * held a name, or to 0 when that is unknown (an open transaction is
  * changing the lease).  A set's attempt also sets *blocked to the
  * DlockNameHash of the name that refused it, so that the waiter queues
- * there (it comes preset to the name waited on).
+ * there (it comes preset to 0, which means the name waited on), and
+ * updates the lock_name of its DlockWaitInfo.
  */
 typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until,
 								uint64 *blocked);
 
+/*
+ * A waiting call, as dlock_waiters shows it.  lock_name is the name whose
+ * queue it waits in: a set's attempt function updates it to the name that
+ * refused it (with *blocked).  waited is set when the call starts to wait.
+ */
+typedef struct DlockWaitInfo
+{
+	DlockWaitKind kind;
+	int			nnames;
+	text	   *lock_name;
+	TimestampTz since;			/* set by wait.c */
+	bool		waited;			/* out */
+} DlockWaitInfo;
+
 extern bool DlockWaitAcquire(uint64 hash, TimestampTz deadline,
-							 DlockAttemptFn attempt, void *arg);
+							 DlockAttemptFn attempt, void *arg,
+							 DlockWaitInfo *info);
 extern bool DlockWaitAcquireAny(const uint64 *hashes, int n,
 								TimestampTz deadline, DlockAttemptFn attempt,
-								void *arg);
+								void *arg, DlockWaitInfo *info);
+extern void DlockCountAcquire(bool granted, const DlockWaitInfo *info);
 extern void DlockWakeAtXactEnd(text *lock_name);
 
 #endif							/* DLOCK_H */

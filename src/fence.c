@@ -421,6 +421,25 @@ fence_reject_hint(text *lock_name)
 				   text_to_cstring(lock_name));
 }
 
+/* The mode of the fence decision being made, for dlock_stats. */
+static DlockFenceMode fence_deciding = DLOCK_FENCE_LATEST;
+
+/*
+ * fence_count counts a fence decision of mode fence_deciding: accepted or
+ * rejected.
+ */
+static void
+fence_count(bool accepted)
+{
+	static const DlockStat stats[3][2] = {
+		{DLOCK_STAT_FENCE_LATEST_REJECTED, DLOCK_STAT_FENCE_LATEST_ACCEPTED},
+		{DLOCK_STAT_FENCE_LIVE_REJECTED, DLOCK_STAT_FENCE_LIVE_ACCEPTED},
+		{DLOCK_STAT_FENCE_SEEN_REJECTED, DLOCK_STAT_FENCE_SEEN_ACCEPTED}};
+
+	Assert(fence_deciding >= DLOCK_FENCE_LATEST && fence_deciding <= DLOCK_FENCE_SEEN);
+	DlockStatsCount(stats[fence_deciding][accepted ? 1 : 0], 1);
+}
+
 /*
  * fence_reject raises the fencing rejection (55T01) of a write to the
  * relation relname (NULL: of dlock_check) under lock lock_name; the rest
@@ -428,15 +447,18 @@ fence_reject_hint(text *lock_name)
  * names the relation, dlock_check's the lock; detail and hint are the same.
  */
 #define fence_reject(relname, lock_name, ...) \
-	ereport(ERROR, \
-			(errcode(ERRCODE_DLOCK_STALE_TOKEN), \
-			 (relname) != NULL ? \
-			 errmsg("fencing token rejected for relation \"%s\"", \
-					(const char *) (relname)) : \
-			 errmsg("fencing token rejected for lock \"%s\"", \
-					text_to_cstring(lock_name)), \
-			 errdetail(__VA_ARGS__), \
-			 fence_reject_hint(lock_name)))
+	do { \
+		fence_count(false); \
+		ereport(ERROR, \
+				(errcode(ERRCODE_DLOCK_STALE_TOKEN), \
+				 (relname) != NULL ? \
+				 errmsg("fencing token rejected for relation \"%s\"", \
+						(const char *) (relname)) : \
+				 errmsg("fencing token rejected for lock \"%s\"", \
+						text_to_cstring(lock_name)), \
+				 errdetail(__VA_ARGS__), \
+				 fence_reject_hint(lock_name))); \
+	} while (0)
 
 /*
  * fence_verify raises 55T01 unless token passes the fence of mode under
@@ -507,6 +529,8 @@ fence_checked_token(Relation rel, text *lock_name, const char *what)
 	DlockChecked checked;
 
 	if (!DlockCheckedLookup(lock_name, &checked))
+	{
+		fence_count(false);
 		ereport(ERROR,
 				(errcode(ERRCODE_DLOCK_STALE_TOKEN),
 				 errmsg("fencing token rejected for relation \"%s\"",
@@ -515,6 +539,7 @@ fence_checked_token(Relation rel, text *lock_name, const char *what)
 						   text_to_cstring(lock_name), what),
 				 errhint("Call dlock_check(%s, token) in the transaction before the %s.",
 						 quote_literal_cstr(text_to_cstring(lock_name)), what)));
+	}
 	return checked.token;
 }
 
@@ -582,6 +607,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 						   RelationGetRelationName(trigdata->tg_relation))));
 
 	config = fence_config(fcinfo, trigdata);
+	fence_deciding = config->mode;
 	rel = trigdata->tg_relation;
 	relname = RelationGetRelationName(rel);
 
@@ -592,6 +618,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 		token = fence_checked_token(rel, lock_name, "TRUNCATE");
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
 					 config->mode);
+		fence_count(true);
 		return PointerGetDatum(NULL);
 	}
 
@@ -609,6 +636,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 						 text_to_cstring(lock_name), oldtoken, token);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
 					 config->mode);
+		fence_count(true);
 		return PointerGetDatum(oldtuple);
 	}
 
@@ -660,6 +688,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 					 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
 					 text_to_cstring(lock_name), token, oldtoken);
 
+	fence_count(true);
 	return PointerGetDatum(newtuple);
 }
 
@@ -689,6 +718,7 @@ dlock_check(PG_FUNCTION_ARGS)
 				 errmsg("unknown fencing mode"),
 				 errdetail("The mode is \"%s\"; it must be \"latest\", \"live\" or \"seen\".",
 						   text_to_cstring(PG_GETARG_TEXT_PP(2)))));
+	fence_deciding = checked.mode;
 	if (PG_ARGISNULL(1))
 		fence_reject(NULL, lock_name,
 					 "Lock \"%s\": no token was given (the token is null).",
@@ -706,5 +736,6 @@ dlock_check(PG_FUNCTION_ARGS)
 	checked.token = token;
 	checked.mark_locked = (checked.mode == DLOCK_FENCE_SEEN);
 	DlockCheckedRecord(lock_name, &checked);
+	fence_count(true);
 	PG_RETURN_INT64(token);
 }

@@ -337,6 +337,20 @@ DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno, TimestampTz start)
 	return timestamp_plus(start, wait);
 }
 
+/*
+ * DlockCountAcquire counts an acquire call (of any of the three functions)
+ * that ended without an error: a refusal or a wait that timed out when it
+ * was not granted (info says whether it waited; wait.c counted the wait).
+ * Grants are counted per name by DlockReportGrant.
+ */
+void
+DlockCountAcquire(bool granted, const DlockWaitInfo *info)
+{
+	if (!granted)
+		DlockStatsCount(info->waited ? DLOCK_STAT_WAIT_TIMEOUTS :
+						DLOCK_STAT_REFUSALS, 1);
+}
+
 /* What an acquire attempt needs; token is its result. */
 typedef struct AcquireArgs
 {
@@ -346,6 +360,7 @@ typedef struct AcquireArgs
 	Oid			holder;
 	Interval   *ttl;
 	int64		token;
+	DlockPrevLease prev;		/* the lease the grant replaced */
 } AcquireArgs;
 
 /*
@@ -361,7 +376,7 @@ acquire_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
 
 	return DlockStoreTryAcquire(a->fn_oid, a->lock_name, a->owner, a->holder,
 								now, DlockLeaseExpiry(now, a->ttl),
-								&a->token, held_until);
+								&a->token, held_until, &a->prev);
 }
 
 /*
@@ -381,6 +396,7 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	TimestampTz held_until;
 	uint64		blocked = 0;
 	bool		granted;
+	DlockWaitInfo info;
 
 	DlockCheckWritable("dlock_acquire");
 	args.fn_oid = fcinfo->flinfo->fn_oid;
@@ -392,14 +408,20 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	args.owner = DlockGetOwner(fcinfo, 3);
 	(void) DlockLeaseExpiry(start, args.ttl);
 
+	memset(&info, 0, sizeof(info));
+	info.kind = DLOCK_WAIT_ONE;
+	info.nnames = 1;
+	info.lock_name = args.lock_name;
 	if (deadline <= start)
 		granted = acquire_attempt(&args, &held_until, &blocked);
 	else
 		granted = DlockWaitAcquire(DlockNameHash(args.lock_name), deadline,
-								   acquire_attempt, &args);
+								   acquire_attempt, &args, &info);
+	DlockCountAcquire(granted, &info);
 	if (!granted)
 		PG_RETURN_NULL();
 	Assert(args.token > 0);
+	DlockReportGrant(args.lock_name, args.token, &args.prev);
 	DlockWakeAtXactEnd(args.lock_name);
 	PG_RETURN_INT64(args.token);
 }
@@ -431,6 +453,8 @@ dlock_renew(PG_FUNCTION_ARGS)
 							  DlockLeaseExpiry(now, ttl), &holder);
 	if (outcome != DLOCK_STORE_NO_LEASE)
 		DlockCheckHolder(holder, lock_name, "renew");
+	DlockStatsCount(outcome == DLOCK_STORE_DONE ? DLOCK_STAT_RENEWALS :
+					DLOCK_STAT_RENEWALS_FAILED, 1);
 	if (outcome == DLOCK_STORE_DONE)
 		DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
@@ -461,6 +485,8 @@ dlock_release(PG_FUNCTION_ARGS)
 	DlockAsyncReleaseEnd();
 	if (outcome != DLOCK_STORE_NO_LEASE)
 		DlockCheckHolder(holder, lock_name, "release");
+	DlockStatsCount(outcome == DLOCK_STORE_DONE ? DLOCK_STAT_RELEASES :
+					DLOCK_STAT_RELEASES_FAILED, 1);
 	if (outcome == DLOCK_STORE_DONE)
 		DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(outcome == DLOCK_STORE_DONE);
@@ -475,12 +501,18 @@ Datum
 dlock_break(PG_FUNCTION_ARGS)
 {
 	text	   *lock_name;
+	int64		token;
+	TimestampTz expires;
+	text	   *owner;
 
 	DlockCheckWritable("dlock_break");
 	lock_name = DlockGetLockName(fcinfo);
 
-	if (!DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name, GetCurrentTimestamp()))
+	if (!DlockStoreBreak(fcinfo->flinfo->fn_oid, lock_name, GetCurrentTimestamp(),
+						 &token, &expires, &owner))
 		PG_RETURN_BOOL(false);
+	DlockStatsCount(DLOCK_STAT_BREAKS, 1);
+	DlockEventBreak(lock_name, token, owner, expires);
 	DlockWakeAtXactEnd(lock_name);
 	PG_RETURN_BOOL(true);
 }
@@ -522,9 +554,13 @@ purge_cutoff(FunctionCallInfo fcinfo, const char *argname)
 Datum
 dlock_purge(PG_FUNCTION_ARGS)
 {
+	int64		purged;
+
 	DlockCheckWritable("dlock_purge");
-	PG_RETURN_INT64(DlockStorePurge(fcinfo->flinfo->fn_oid,
-									purge_cutoff(fcinfo, "older_than")));
+	purged = DlockStorePurge(fcinfo->flinfo->fn_oid,
+							 purge_cutoff(fcinfo, "older_than"));
+	DlockStatsCount(DLOCK_STAT_PURGED, (uint64) purged);
+	PG_RETURN_INT64(purged);
 }
 
 /*

@@ -208,8 +208,11 @@ typedef struct SetArgs
 	text	  **names;			/* all: canonical order; any: array order */
 	uint64	   *hashes;			/* DlockNameHash of names[i] */
 	int64	   *tokens;			/* all: out, one per names[i] */
+	DlockPrevLease *prevs;		/* all: out, what each grant replaced */
 	int			granted;		/* any: out, the index granted */
 	int64		token;			/* any: out, its token */
+	DlockPrevLease prev;		/* any: out, what the grant replaced */
+	DlockWaitInfo info;			/* the call, as dlock_waiters shows it */
 } SetArgs;
 
 /*
@@ -245,8 +248,14 @@ get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,
 	a->names = palloc(sizeof(text *) * n);
 	a->hashes = palloc(sizeof(uint64) * n);
 	a->tokens = palloc0(sizeof(int64) * n);
+	a->prevs = palloc0(sizeof(DlockPrevLease) * n);
 	a->granted = -1;
 	a->token = 0;
+	memset(&a->info, 0, sizeof(a->info));
+	a->info.kind = canonical ? DLOCK_WAIT_ALL : DLOCK_WAIT_ANY;
+	a->info.nnames = n;
+	/* all: the set's first name, until a refusal says which; any: the first */
+	a->info.lock_name = entries[0].name;
 	for (i = 0; i < n; i++)
 	{
 		a->names[i] = entries[i].name;
@@ -269,10 +278,11 @@ all_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
 
 	if (DlockStoreTryAcquireAll(a->fn_oid, a->names, a->n, a->owner,
 								a->holder, now, DlockLeaseExpiry(now, a->ttl),
-								a->tokens, held_until, &refused))
+								a->tokens, a->prevs, held_until, &refused))
 		return true;
 	Assert(refused >= 0 && refused < a->n);
 	*blocked = a->hashes[refused];
+	a->info.lock_name = a->names[refused];
 	return false;
 }
 
@@ -298,7 +308,7 @@ any_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
 		CHECK_FOR_INTERRUPTS();
 		if (DlockStoreTryAcquire(a->fn_oid, a->names[i], a->owner, a->holder,
 								 now, DlockLeaseExpiry(now, a->ttl),
-								 &a->token, &held))
+								 &a->token, &held, &a->prev))
 		{
 			a->granted = i;
 			return true;
@@ -344,7 +354,9 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 	if (deadline <= start)
 		granted = all_attempt(&a, &held_until, &blocked);
 	else
-		granted = DlockWaitAcquire(a.hashes[0], deadline, all_attempt, &a);
+		granted = DlockWaitAcquire(a.hashes[0], deadline, all_attempt, &a,
+								   &a.info);
+	DlockCountAcquire(granted, &a.info);
 	if (!granted)
 		PG_RETURN_NULL();
 
@@ -353,6 +365,7 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 	{
 		Assert(a.tokens[i] > 0);
 		Assert(i == 0 || a.tokens[i] > a.tokens[i - 1]);
+		DlockReportGrant(a.names[i], a.tokens[i], &a.prevs[i]);
 		DlockWakeAtXactEnd(a.names[i]);
 		result[sorted[i].pos] = Int64GetDatum(a.tokens[i]);
 	}
@@ -402,13 +415,16 @@ dlock_acquire_any(PG_FUNCTION_ARGS)
 
 	granted = any_attempt(&a, &held_until, &blocked);
 	if (!granted && deadline > start)
-		granted = DlockWaitAcquireAny(a.hashes, a.n, deadline, any_attempt, &a);
+		granted = DlockWaitAcquireAny(a.hashes, a.n, deadline, any_attempt, &a,
+									  &a.info);
+	DlockCountAcquire(granted, &a.info);
 	if (granted)
 	{
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 
 		Assert(a.granted >= 0 && a.granted < a.n && a.token > 0);
+		DlockReportGrant(a.names[a.granted], a.token, &a.prev);
 		DlockWakeAtXactEnd(a.names[a.granted]);
 		values[0] = PointerGetDatum(a.names[a.granted]);
 		values[1] = Int64GetDatum(a.token);
@@ -468,14 +484,24 @@ get_items(FunctionCallInfo fcinfo, int *n, int **pos)
 	return items;
 }
 
+/* each_result counts a false result in the counter after a true one's */
+StaticAssertDecl(DLOCK_STAT_RENEWALS_FAILED == DLOCK_STAT_RENEWALS + 1 &&
+				 DLOCK_STAT_RELEASES_FAILED == DLOCK_STAT_RELEASES + 1,
+				 "dlock_stats: a failed counter follows its counter");
+
 /*
  * each_result checks the holder role of every item that found a row
- * (DlockCheckHolder, raising 42501 for action), wakes the waiters of every
- * name changed, and returns the outcomes as a boolean[] in array order.
+ * (DlockCheckHolder, raising 42501 for action), counts the outcomes (done:
+ * the counter of a true result, the next one that of a false one), wakes
+ * the waiters of every name changed, and returns the outcomes as a
+ * boolean[] in array order.
  */
 static ArrayType *
-each_result(DlockStoreItem *items, const int *pos, int n, const char *action)
+each_result(DlockStoreItem *items, const int *pos, int n, const char *action,
+			DlockStat done)
 {
+	int			ndone = 0;
+
 	Datum	   *result = palloc(sizeof(Datum) * Max(n, 1));
 	int			i;
 
@@ -485,9 +511,14 @@ each_result(DlockStoreItem *items, const int *pos, int n, const char *action)
 	for (i = 0; i < n; i++)
 	{
 		if (items[i].outcome == DLOCK_STORE_DONE)
+		{
+			ndone++;
 			DlockWakeAtXactEnd(items[i].lock_name);
+		}
 		result[pos[i]] = BoolGetDatum(items[i].outcome == DLOCK_STORE_DONE);
 	}
+	DlockStatsCount(done, ndone);
+	DlockStatsCount((DlockStat) (done + 1), n - ndone);
 	return construct_array(result, n, BOOLOID, 1, true, TYPALIGN_CHAR);
 }
 
@@ -515,7 +546,8 @@ dlock_renew_each(PG_FUNCTION_ARGS)
 	if (n > 0)
 		DlockStoreRenewEach(fcinfo->flinfo->fn_oid, items, n, now,
 							DlockLeaseExpiry(now, ttl));
-	PG_RETURN_ARRAYTYPE_P(each_result(items, pos, n, "renew"));
+	PG_RETURN_ARRAYTYPE_P(each_result(items, pos, n, "renew",
+										DLOCK_STAT_RENEWALS));
 }
 
 /*
@@ -540,5 +572,6 @@ dlock_release_each(PG_FUNCTION_ARGS)
 							  GetCurrentTimestamp());
 		DlockAsyncReleaseEnd();
 	}
-	PG_RETURN_ARRAYTYPE_P(each_result(items, pos, n, "release"));
+	PG_RETURN_ARRAYTYPE_P(each_result(items, pos, n, "release",
+										DLOCK_STAT_RELEASES));
 }

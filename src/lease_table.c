@@ -172,6 +172,7 @@
 #include "storage/procarray.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -778,6 +779,21 @@ lease_new_row_size(text *lock_name, text *owner)
 		sizeof(ItemIdData);
 }
 
+/*
+ * lease_owner_copy returns a copy of a row's owner label for a lease event,
+ * in TopTransactionContext: the operation may run in SPI's memory, which
+ * its store session frees.
+ */
+static text *
+lease_owner_copy(text *owner)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	text	   *copy = DatumGetTextPCopy(PointerGetDatum(owner));
+
+	MemoryContextSwitchTo(old);
+	return copy;
+}
+
 /* Takeover attempts that meet a concurrent committed change before giving up. */
 #define TAKE_TRIES	3
 
@@ -786,12 +802,13 @@ lease_new_row_size(text *lock_name, text *owner)
  * for holder (labelled owner) from now until expires: locks the version it
  * read FOR UPDATE without waiting (an open transaction's lock means held),
  * draws a token from the sequence seqrelid and writes the new lease.  Sets
- * *token, or *held_until when a live lease holds the name.
+ * *token and *prev (the lease it replaced; its owner label only when a
+ * lease event wants it), or *held_until when a live lease holds the name.
  */
 DlockTakeResult
 DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 			   text *owner, Oid holder, TimestampTz now, TimestampTz expires,
-			   int64 *token, TimestampTz *held_until)
+			   int64 *token, TimestampTz *held_until, DlockPrevLease *prev)
 {
 	LeaseAccess la;
 	DlockTakeResult result = DLOCK_TAKE_HELD;
@@ -850,6 +867,13 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		 */
 		lease_row_from_slot(&la, &row);
 		Assert(!lease_row_live(&row, now));
+		prev->kind = row.f.released ? DLOCK_GRANT_AFTER_RELEASE :
+			DLOCK_GRANT_TAKEOVER;
+		prev->token = row.f.token;
+		prev->ended_at = row.f.expires_at;
+		prev->owner = NULL;
+		if (row.f.owner != NULL && !row.f.released && DlockEventsWanted(true))
+			prev->owner = lease_owner_copy(row.f.owner);
 		*token = nextval_internal(seqrelid, true);
 
 		/*
@@ -997,6 +1021,14 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 		}
 		else
 		{
+			if (c->kind == DLOCK_CHANGE_BREAK)
+			{
+				c->found_token = row.f.token;
+				c->found_expires = row.f.expires_at;
+				c->found_owner = NULL;
+				if (row.f.owner != NULL && DlockEventsWanted(true))
+					c->found_owner = lease_owner_copy(row.f.owner);
+			}
 			row.f.released = true;
 			row.f.expires_at = c->now;
 		}

@@ -84,6 +84,10 @@ typedef struct DlockLeaseChangeOp
 	TimestampTz expires;		/* renew's new expiry */
 	DlockStoreOutcome outcome;	/* out */
 	Oid			holder;			/* out: the row's holder role */
+	/* out, for a break that ended a lease: what the lease was */
+	int64		found_token;
+	TimestampTz found_expires;
+	text	   *found_owner;	/* only when a lease event wants it */
 } DlockLeaseChangeOp;
 
 /* The security context saved by DlockRestrictedBegin. */
@@ -99,7 +103,8 @@ extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  Oid seqrelid, text *lock_name,
 									  text *owner, Oid holder,
 									  TimestampTz now, TimestampTz expires,
-									  int64 *token, TimestampTz *held_until);
+									  int64 *token, TimestampTz *held_until,
+									  DlockPrevLease *prev);
 extern int	DlockLeaseFindHeld(const DlockLeaseTable *table, text **names,
 							   int n, TimestampTz now,
 							   TimestampTz *held_until);

@@ -16,9 +16,11 @@
  * start has done; shared memory is rebuilt at every start, crash restarts
  * included, which is the point.
  *
- * The fence cache (fence_cache.c) has a shared memory struct of its own,
- * sized by dlock.fence_cache_size; shmem_request asks for it and
- * shmem_startup attaches to it.  Its protocol is in fence_cache.c's header.
+ * The fence cache (fence_cache.c) and the counters (stats.c) have shared
+ * memory structs of their own, the cache's sized by
+ * dlock.fence_cache_size; shmem_request asks for them and shmem_startup
+ * attaches to them.  Their protocols are in those files' headers (the
+ * counters have an LWLock tranche of their own, "dlock stats").
  *
  * Without preload, DlockShared stays NULL and wait.c polls instead (and
  * token.c flushes WAL per grant).
@@ -83,7 +85,9 @@ shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(shmem_size());
 	RequestAddinShmemSpace(DlockFenceCacheShmemSize());
+	RequestAddinShmemSpace(DlockStatsShmemSize());
 	RequestNamedLWLockTranche("dlock", 1);
+	RequestNamedLWLockTranche("dlock stats", 1);
 }
 
 /*
@@ -113,6 +117,7 @@ shmem_startup(void)
 		memset(DlockShmem->slots, 0, sizeof(DlockWaiter) * DlockShmem->nslots);
 	}
 	DlockFenceCacheShmemInit();
+	DlockStatsShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

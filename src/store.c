@@ -135,8 +135,9 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 	 * STMT_PURGE: $1 cutoff, $2 the last name of the previous batch.  Takes
 	 * the next DLOCK_PURGE_BATCH rows in name order whose lease ended
 	 * before the cutoff, skipping rows an open transaction has locked, and
-	 * deletes them; returns how many it deleted and the batch's last name
-	 * (NULL when there was nothing left).
+	 * deletes them; returns how many it deleted, the batch's last name
+	 * (NULL when there was nothing left), and the names and tokens of the
+	 * rows it deleted (NULL when none; for lease events).
 	 */
 	{
 		"WITH victims AS ("
@@ -148,9 +149,11 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" gone AS ("
 		" DELETE FROM %1$s.dlock_lease l USING victims v"
 		" WHERE l.lock_name OPERATOR(pg_catalog.=) v.lock_name"
-		" RETURNING 1)"
+		" RETURNING l.lock_name, l.token)"
 		" SELECT (SELECT pg_catalog.count(*) FROM gone),"
-		" (SELECT pg_catalog.max(v.lock_name) FROM victims v)",
+		" (SELECT pg_catalog.max(v.lock_name) FROM victims v),"
+		" (SELECT pg_catalog.array_agg(g.lock_name) FROM gone g),"
+		" (SELECT pg_catalog.array_agg(g.token) FROM gone g)",
 		2, {TIMESTAMPTZOID, TEXTOID}, false
 	},
 	/*

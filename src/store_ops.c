@@ -28,6 +28,8 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "compat.h"
@@ -62,6 +64,7 @@ typedef struct AcquireOp
 	TimestampTz expires;
 	int64		token;			/* out: the new token */
 	TimestampTz held_until;		/* out: see DlockStoreTryAcquire */
+	DlockPrevLease prev;		/* out: the lease the grant replaced */
 } AcquireOp;
 
 /*
@@ -93,7 +96,8 @@ acquire_op(void *arg)
 
 		switch (DlockLeaseTake(DlockStoreTable(), DlockStoreTokenSeq(),
 							   a->lock_name, a->owner, a->holder, a->now,
-							   a->expires, &a->token, &a->held_until))
+							   a->expires, &a->token, &a->held_until,
+							   &a->prev))
 		{
 			case DLOCK_TAKE_GRANTED:
 				DlockTokenMakeDurable(DlockStoreTokenSeq());
@@ -115,6 +119,10 @@ acquire_op(void *arg)
 		{
 			a->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
 			Assert(!isnull && a->token > 0);
+			a->prev.kind = DLOCK_GRANT_NEW;
+			a->prev.token = 0;
+			a->prev.owner = NULL;
+			a->prev.ended_at = 0;
 			DlockTokenMakeDurable(DlockStoreTokenSeq());
 			return true;
 		}
@@ -126,7 +134,7 @@ acquire_op(void *arg)
 /*
  * DlockStoreTryAcquire makes one attempt to grant the lease on lock_name to
  * holder, from now until expires.  On success it stores the new token in
- * *token and returns true.  Otherwise it returns false, keeping no lock,
+ * *token and the lease it replaced in *prev, and returns true.  Otherwise it returns false, keeping no lock,
  * and sets *held_until to the expiry of the live lease that holds the
  * name, or to 0 when an open transaction is changing the name's lease (its
  * row is locked, or its first row is being inserted).  Never waits for
@@ -137,7 +145,8 @@ acquire_op(void *arg)
 bool
 DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 					 TimestampTz now, TimestampTz expires,
-					 int64 *token, TimestampTz *held_until)
+					 int64 *token, TimestampTz *held_until,
+					 DlockPrevLease *prev)
 {
 	AcquireOp	a;
 	bool		granted;
@@ -153,6 +162,8 @@ DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner, Oid holder,
 	granted = DlockStoreRun(fn_oid, acquire_op, &a, false);
 	*token = a.token;
 	*held_until = a.held_until;
+	if (granted)
+		*prev = a.prev;
 	return granted;
 }
 
@@ -164,6 +175,7 @@ typedef struct AcquireAllOp
 	text	  **names;			/* in canonical order */
 	int			nnames;
 	int64	   *tokens;			/* out, in the order of names */
+	DlockPrevLease *prevs;		/* out, in the order of names */
 	int			refused;		/* out: index of the name that refused */
 } AcquireAllOp;
 
@@ -191,6 +203,7 @@ acquire_all_op(void *arg)
 			return false;
 		}
 		a->tokens[i] = a->one.token;
+		a->prevs[i] = a->one.prev;
 	}
 	return true;
 }
@@ -214,7 +227,8 @@ find_held_op(void *arg)
  * DlockStoreTryAcquireAll makes one attempt to grant the leases on all n
  * names (distinct, in canonical order: the byte order of the lease table's
  * "C" key) to holder, from now until expires.  On success it stores the
- * new tokens in tokens[] (in the order of names) and returns true.
+ * new tokens in tokens[] and the leases they replaced in prevs[] (in the
+ * order of names) and returns true.
  * Otherwise it returns false having kept none of them, sets *refused to
  * the index of the first name that was held and *held_until as
  * DlockStoreTryAcquire does for it: a name whose lease is plainly held
@@ -228,7 +242,8 @@ find_held_op(void *arg)
 bool
 DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n, text *owner,
 						Oid holder, TimestampTz now, TimestampTz expires,
-						int64 *tokens, TimestampTz *held_until, int *refused)
+						int64 *tokens, DlockPrevLease *prevs,
+						TimestampTz *held_until, int *refused)
 {
 	AcquireAllOp a;
 	bool		granted;
@@ -241,6 +256,7 @@ DlockStoreTryAcquireAll(Oid fn_oid, text **names, int n, text *owner,
 	a.names = names;
 	a.nnames = n;
 	a.tokens = tokens;
+	a.prevs = prevs;
 	a.refused = -1;
 
 	/* a lease that is plainly held refuses the set before anything is written */
@@ -300,7 +316,12 @@ change_each_op(void *arg)
 		c.token = e->items[i].token;
 		c.now = e->now;
 		c.expires = e->expires;
-		changed |= DlockLeaseChange(DlockStoreTable(), &c);
+		if (DlockLeaseChange(DlockStoreTable(), &c))
+		{
+			changed = true;
+			if (e->kind == DLOCK_CHANGE_RELEASE)
+				DlockEventRelease(c.lock_name, c.token);
+		}
 		e->items[i].outcome = c.outcome;
 		e->items[i].holder = c.holder;
 	}
@@ -380,11 +401,14 @@ DlockStoreRelease(Oid fn_oid, text *lock_name, int64 token, TimestampTz now,
 
 /*
  * DlockStoreBreak ends whatever live lease holds lock_name, at now.
- * Returns true when there was one.  May wait for a concurrent transaction
- * that is changing the row.
+ * Returns true when there was one, and then sets *token, *expires and
+ * *owner to what the lease was (*owner only when a lease event wants it,
+ * otherwise NULL).  May wait for a concurrent transaction that is
+ * changing the row.
  */
 bool
-DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
+DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now, int64 *token,
+				TimestampTz *expires, text **owner)
 {
 	DlockLeaseChangeOp c;
 
@@ -393,7 +417,12 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now)
 	c.token = 0;
 	c.now = now;
 	c.expires = 0;
-	return DlockStoreRun(fn_oid, change_op, &c, false);
+	if (!DlockStoreRun(fn_oid, change_op, &c, false))
+		return false;
+	*token = c.found_token;
+	*expires = c.found_expires;
+	*owner = c.found_owner;
+	return true;
 }
 
 /* Arguments and result of a purge. */
@@ -402,6 +431,38 @@ typedef struct PurgeOp
 	TimestampTz cutoff;
 	int64		deleted;		/* out */
 } PurgeOp;
+
+/*
+ * purge_events records a lease event for each row the last STMT_PURGE
+ * deleted (its third and fourth columns: their names and tokens).
+ */
+static void
+purge_events(void)
+{
+	bool		isnull;
+	Datum		names;
+	Datum		tokens;
+	Datum	   *name_elems;
+	Datum	   *token_elems;
+	int			nnames;
+	int			ntokens;
+	int			i;
+
+	names = DlockStoreResultDatum(3, &isnull);
+	if (isnull)
+		return;					/* nothing deleted */
+	tokens = DlockStoreResultDatum(4, &isnull);
+	Assert(!isnull);
+	deconstruct_array(DatumGetArrayTypeP(names), TEXTOID, -1, false,
+					  TYPALIGN_INT, &name_elems, NULL, &nnames);
+	deconstruct_array(DatumGetArrayTypeP(tokens), INT8OID, sizeof(int64),
+					  FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &token_elems, NULL,
+					  &ntokens);
+	Assert(nnames == ntokens);
+	for (i = 0; i < nnames && i < ntokens; i++)
+		DlockEventPurge(DatumGetTextPP(name_elems[i]),
+						DatumGetInt64(token_elems[i]));
+}
 
 /*
  * purge_op deletes, batch by batch in name order, the rows whose lease
@@ -428,6 +489,8 @@ purge_op(void *arg)
 		values[1] = PointerGetDatum(last);
 		DlockStoreExec(STMT_PURGE, values, SPI_OK_SELECT);
 		p->deleted += DatumGetInt64(DlockStoreResultDatum(1, &isnull));
+		if (DlockEventsWanted(false))
+			purge_events();
 		d = DlockStoreResultDatum(2, &isnull);
 		if (isnull)
 			break;

@@ -279,6 +279,7 @@ token_jump(Oid seqrelid)
 	/* a jump only ever moves the sequence forward */
 	Assert(target >= last);
 	seq_set_durably(seqrelid, target);
+	DlockStatsCount(DLOCK_STAT_TOKEN_JUMPS, 1);
 }
 
 /*
@@ -394,6 +395,7 @@ DlockTokenJumpPast(Oid seqrelid, int64 floor)
 
 			seq_set_durably(seqrelid, target);
 			jumped = true;
+			DlockStatsCount(DLOCK_STAT_TOKEN_JUMPS, 1);
 			ereport(WARNING,
 					(errcode(ERRCODE_DATA_EXCEPTION),
 					 errmsg("dlock's token sequence was behind its lease table"),

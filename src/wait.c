@@ -40,6 +40,15 @@
  * name only wakes it needlessly.  So any-waiters are not served in FIFO
  * order among themselves: they race at each release.
  *
+ * A queue is a name in one database: the key of a queue (QUEUE_KEY) is the
+ * name's hash with the database's OID mixed in, and the head of a queue is
+ * sought among the slots of the current database only, so waiters of the
+ * same name in another database (another lease table) never stand in the
+ * way.  A slot also describes its call for the dlock_waiters view (pid,
+ * database, role, the name, kind, deadline), written when it is taken.
+ * A call counts as a wait for dlock_stats (stats.c) when it first queues
+ * or, polling, first sleeps (wait_begins).
+ *
  * Without preload, every waiter polls: it retries with a backoff from
  * DLOCK_BACKOFF_MIN_MS doubling to DLOCK_BACKOFF_MAX_MS, or at the expiry
  * of the lease it saw if that comes first, never past its deadline.
@@ -73,10 +82,12 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "funcapi.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
+#include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -97,6 +108,12 @@ static bool xact_callback_registered = false;
 static bool slot_taken = false;
 static bool exit_callback_registered = false;
 
+/*
+ * A queue's key: the name's hash with the database mixed in, so that the
+ * same name in two databases (two lease tables) makes two queues.  Every
+ * hash wait.c is given passes through QUEUE_KEY exactly once.
+ */
+#define QUEUE_KEY(hash) hash_combine64((hash), (uint64) MyDatabaseId)
 #define BUCKET_NO(hash) ((int) ((hash) % DLOCK_WAIT_BUCKETS))
 #define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[BUCKET_NO(hash)])
 #define ANY_MARKS(w, b) (((w)->any_buckets[(b) / 64] >> ((b) % 64)) & 1)
@@ -121,7 +138,8 @@ queue_head_locked(uint64 hash)
 	{
 		DlockWaiter *w = &DlockShmem->slots[i];
 
-		if (w->in_use && !w->any && w->hash == hash && w->ticket < best)
+		if (w->in_use && !w->any && w->hash == hash &&
+			w->dboid == MyDatabaseId && w->ticket < best)
 		{
 			best = w->ticket;
 			head = i;
@@ -187,11 +205,33 @@ wake_all_waiters(void)
 }
 
 /*
- * queue_join takes this backend's slot for hash, at the end of its queue.
- * Takes the dlock LWLock exclusively.
+ * slot_describe fills in what dlock_waiters shows of this backend's slot me,
+ * from info, for a wait until deadline.  Caller holds the dlock LWLock
+ * exclusively.
  */
 static void
-queue_join(uint64 hash)
+slot_describe(DlockWaiter *me, const DlockWaitInfo *info, TimestampTz deadline)
+{
+	Assert(LWLockHeldByMeInMode(DlockShmem->lock, LW_EXCLUSIVE));
+	Assert(VARSIZE_ANY_EXHDR(info->lock_name) <= DLOCK_MAX_NAME_BYTES);
+	me->pid = MyProcPid;
+	me->dboid = MyDatabaseId;
+	me->roleid = GetUserId();
+	me->kind = info->kind;
+	me->nnames = info->nnames;
+	me->since = info->since;
+	me->until = deadline;
+	me->namelen = VARSIZE_ANY_EXHDR(info->lock_name);
+	memcpy(me->name, VARDATA_ANY(info->lock_name), me->namelen);
+}
+
+/*
+ * queue_join takes this backend's slot for the queue key, at the end of
+ * that queue, described by info (waiting until deadline).  Takes the dlock
+ * LWLock exclusively.
+ */
+static void
+queue_join(uint64 key, const DlockWaitInfo *info, TimestampTz deadline)
 {
 	DlockWaiter *me;
 
@@ -201,22 +241,25 @@ queue_join(uint64 hash)
 	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
 	/* only this backend takes its own slot, and it gave it up last time */
 	Assert(!me->in_use);
-	me->hash = hash;
+	slot_describe(me, info, deadline);
+	me->hash = key;
 	me->any = false;
 	me->ticket = DlockShmem->next_ticket++;
 	me->in_use = true;
-	pg_atomic_fetch_add_u32(BUCKET_OF(hash), 1);
+	pg_atomic_fetch_add_u32(BUCKET_OF(key), 1);
 	slot_taken = true;
 	LWLockRelease(DlockShmem->lock);
 }
 
 /*
  * queue_join_any takes this backend's slot as an any-slot marking the
- * buckets of the n hashes (see the file header), counting it once in each
- * bucket.  Takes the dlock LWLock exclusively.
+ * buckets of the n queue keys (see the file header), counting it once in
+ * each bucket, described by info (waiting until deadline).  Takes the
+ * dlock LWLock exclusively.
  */
 static void
-queue_join_any(const uint64 *hashes, int n)
+queue_join_any(const uint64 *keys, int n, const DlockWaitInfo *info,
+			   TimestampTz deadline)
 {
 	DlockWaiter *me;
 	int			i;
@@ -225,10 +268,11 @@ queue_join_any(const uint64 *hashes, int n)
 	me = &DlockShmem->slots[DlockMyProcNumber()];
 	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
 	Assert(!me->in_use);
+	slot_describe(me, info, deadline);
 	memset(me->any_buckets, 0, sizeof(me->any_buckets));
 	for (i = 0; i < n; i++)
 	{
-		int			b = BUCKET_NO(hashes[i]);
+		int			b = BUCKET_NO(keys[i]);
 
 		if (ANY_MARKS(me, b))
 			continue;
@@ -373,11 +417,26 @@ retry_at(TimestampTz held_until, long *backoff_ms)
 }
 
 /*
+ * wait_begins records, once per call, that the call described by info
+ * starts to wait: dlock_stats counts it, dlock_waiters shows it since now.
+ */
+static void
+wait_begins(DlockWaitInfo *info)
+{
+	if (info->waited)
+		return;
+	info->waited = true;
+	info->since = GetCurrentTimestamp();
+	DlockStatsCount(DLOCK_STAT_WAITS, 1);
+}
+
+/*
  * wait_polling retries attempt until it grants the lease or deadline has
  * passed (see the file header).  Returns whether it was granted.
  */
 static bool
-wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg)
+wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
+			 DlockWaitInfo *info)
 {
 	long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
 
@@ -392,6 +451,7 @@ wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg)
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
 			return false;
+		wait_begins(info);
 		sleep_until(Min(next_poll(now, held_until, &backoff_ms), deadline));
 	}
 }
@@ -410,20 +470,21 @@ register_exit_callback(void)
 }
 
 /*
- * wait_queued waits in hash's queue until attempt grants the lease or
+ * wait_queued waits in the queue of key until attempt grants the lease or
  * deadline has passed (see the file header), moving to the queue of the
  * name an attempt reports as refusing it.  Returns whether it was
  * granted.  The slot is given up on every way out.
  */
 static bool
-wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
-			void *arg)
+wait_queued(uint64 key, TimestampTz deadline, DlockAttemptFn attempt,
+			void *arg, DlockWaitInfo *info)
 {
 	volatile bool granted = false;
-	volatile uint64 queued = hash;
+	volatile uint64 queued = key;
 
 	register_exit_callback();
-	queue_join(hash);
+	wait_begins(info);
+	queue_join(key, info, deadline);
 	PG_TRY();
 	{
 		long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
@@ -438,7 +499,7 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 			if (queue_is_head(queued))
 			{
 				TimestampTz held_until;
-				uint64		blocked = queued;
+				uint64		blocked = 0;
 
 				if (attempt(arg, &held_until, &blocked))
 				{
@@ -446,7 +507,7 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 					break;
 				}
 				wake_at = retry_at(held_until, &backoff_ms);
-				if (blocked != queued)
+				if (blocked != 0 && QUEUE_KEY(blocked) != queued)
 				{
 					/*
 					 * Another name of the set refused it: wait in that
@@ -458,8 +519,8 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
 					 * quickly cannot keep it busy.
 					 */
 					queue_leave(true);
-					queued = blocked;
-					queue_join(queued);
+					queued = QUEUE_KEY(blocked);
+					queue_join(queued, info, deadline);
 					if (!moved)
 					{
 						moved = true;
@@ -497,32 +558,38 @@ wait_queued(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
  * DlockWaitAcquire takes a lease (or a set of leases) through attempt,
  * waiting until deadline for it in the queue of hash (the DlockNameHash of
  * the name, or of the set's first name), and returns whether it was
- * granted.  Sleeps on the process latch; raises what CHECK_FOR_INTERRUPTS
- * raises (cancel, statement_timeout, termination).
+ * granted.  info describes the call (for dlock_waiters) and says whether
+ * it waited.  Sleeps on the process latch; raises what
+ * CHECK_FOR_INTERRUPTS raises (cancel, statement_timeout, termination).
  */
 bool
 DlockWaitAcquire(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
-				 void *arg)
+				 void *arg, DlockWaitInfo *info)
 {
+	uint64		key;
+
 	Assert(IsTransactionState());
 	Assert(!slot_taken);
+	info->waited = false;
 	if (DlockShmem == NULL)
-		return wait_polling(deadline, attempt, arg);
+		return wait_polling(deadline, attempt, arg, info);
 
 	/* Nobody queued for this name (or its bucket): try before queueing. */
+	key = QUEUE_KEY(hash);
 	pg_memory_barrier();
-	if (pg_atomic_read_u32(BUCKET_OF(hash)) == 0)
+	if (pg_atomic_read_u32(BUCKET_OF(key)) == 0)
 	{
 		TimestampTz held_until;
-		uint64		blocked = hash;
+		uint64		blocked = 0;
 
 		if (attempt(arg, &held_until, &blocked))
 			return true;
 		if (GetCurrentTimestamp() >= deadline)
 			return false;
-		hash = blocked;
+		if (blocked != 0)
+			key = QUEUE_KEY(blocked);
 	}
-	return wait_queued(hash, deadline, attempt, arg);
+	return wait_queued(key, deadline, attempt, arg, info);
 }
 
 /*
@@ -533,17 +600,25 @@ DlockWaitAcquire(uint64 hash, TimestampTz deadline, DlockAttemptFn attempt,
  */
 bool
 DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
-					DlockAttemptFn attempt, void *arg)
+					DlockAttemptFn attempt, void *arg, DlockWaitInfo *info)
 {
 	volatile bool granted = false;
+	uint64	   *keys;
+	int			i;
 
 	Assert(IsTransactionState());
 	Assert(!slot_taken && n > 0);
+	info->waited = false;
 	if (DlockShmem == NULL)
-		return wait_polling(deadline, attempt, arg);
+		return wait_polling(deadline, attempt, arg, info);
 
+	keys = palloc(sizeof(uint64) * n);
+	for (i = 0; i < n; i++)
+		keys[i] = QUEUE_KEY(hashes[i]);
 	register_exit_callback();
-	queue_join_any(hashes, n);
+	wait_begins(info);
+	queue_join_any(keys, n, info, deadline);
+	pfree(keys);
 	PG_TRY();
 	{
 		long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
@@ -629,7 +704,7 @@ DlockWakeAtXactEnd(text *lock_name)
 		RegisterXactCallback(wake_xact_callback, NULL);
 		xact_callback_registered = true;
 	}
-	hash = DlockNameHash(lock_name);
+	hash = QUEUE_KEY(DlockNameHash(lock_name));
 	for (i = 0; i < npending_wakes; i++)
 		if (pending_wakes[i] == hash)
 			return;
@@ -637,4 +712,72 @@ DlockWakeAtXactEnd(text *lock_name)
 		pending_wakes[npending_wakes++] = hash;
 	else
 		pending_wake_all = true;
+}
+
+/* dlock_waiters_read's columns */
+#define WAITERS_COLS	9
+
+static const char *const wait_kind_names[] = {"acquire", "all", "any"};
+
+PG_FUNCTION_INFO_V1(dlock_waiters_read);
+
+/*
+ * dlock_waiters_read() returns setof record: the waiting calls of the
+ * current database (pid int4, datid oid, roleid oid, lock_name text, kind
+ * text, names int4, waiting_since timestamptz, wait_until timestamptz,
+ * position int4), for the dlock_waiters view.  position is 1 for the head
+ * of lock_name's queue, NULL for an any-slot.  No rows without preload.
+ * Copies the slots under the dlock LWLock in shared mode, then builds the
+ * rows without it.
+ */
+Datum
+dlock_waiters_read(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	DlockWaiter *copy;
+	int			ncopy = 0;
+	int			i;
+	int			j;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (DlockShmem == NULL)
+		return (Datum) 0;
+
+	copy = palloc(sizeof(DlockWaiter) * DlockShmem->nslots);
+	LWLockAcquire(DlockShmem->lock, LW_SHARED);
+	for (i = 0; i < DlockShmem->nslots; i++)
+		if (DlockShmem->slots[i].in_use &&
+			DlockShmem->slots[i].dboid == MyDatabaseId)
+			copy[ncopy++] = DlockShmem->slots[i];
+	LWLockRelease(DlockShmem->lock);
+
+	for (i = 0; i < ncopy; i++)
+	{
+		DlockWaiter *w = &copy[i];
+		Datum		values[WAITERS_COLS];
+		bool		nulls[WAITERS_COLS] = {0};
+		int			position = 1;
+
+		Assert(w->namelen >= 0 && w->namelen <= DLOCK_MAX_NAME_BYTES);
+		values[0] = Int32GetDatum(w->pid);
+		values[1] = ObjectIdGetDatum(w->dboid);
+		values[2] = ObjectIdGetDatum(w->roleid);
+		values[3] = PointerGetDatum(cstring_to_text_with_len(w->name, w->namelen));
+		values[4] = CStringGetTextDatum(wait_kind_names[w->kind]);
+		values[5] = Int32GetDatum(w->nnames);
+		values[6] = TimestampTzGetDatum(w->since);
+		values[7] = TimestampTzGetDatum(w->until);
+		if (w->any)
+			nulls[8] = true;
+		else
+		{
+			for (j = 0; j < ncopy; j++)
+				if (!copy[j].any && copy[j].hash == w->hash &&
+					copy[j].ticket < w->ticket)
+					position++;
+			values[8] = Int32GetDatum(position);
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
 }
