@@ -25,13 +25,21 @@ PGXS_DIR=
 
 # The Debian packages the two commands need.  Debian's PostgreSQL 15 is
 # always there: it is the default server, and the pg_upgrade test upgrades
-# from it.
+# from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl.
 DLOCK_PACKAGES=(
     make gcc
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-    pgbouncer
+    pgbouncer prometheus-postgres-exporter
 )
+
+# Packages whose installation starts a system service the tests neither
+# use nor want: prometheus-postgres-exporter's would listen on :9187 and
+# connect to the machine's default cluster (the test starts its own
+# exporter).  dlock_ensure_packages stops and disables the service right
+# after it installed the package; a package that was already installed
+# is left as its administrator set it up.
+DLOCK_QUIET_SERVICES=(prometheus-postgres-exporter)
 
 # What make bench needs besides (bench/run): libpq's headers for its
 # clients, and etcd's server and client for the comparison of dlock run
@@ -56,6 +64,24 @@ dlock_ensure_packages() {
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q </dev/null || dlock_die "apt-get update failed"
     apt-get install -y -q "${missing[@]}" </dev/null || dlock_die "apt-get install failed"
+    local svc
+    for svc in "${DLOCK_QUIET_SERVICES[@]}"; do
+        case " ${missing[*]} " in *" $svc "*) dlock_quiet_service "$svc" ;; esac
+    done
+}
+
+# dlock_quiet_service NAME stops the system service NAME and keeps it from
+# starting at boot, with systemd or System V init (best effort: a machine
+# without either, like a container, never started it).
+dlock_quiet_service() {
+    dlock_say "== stopping and disabling the $1 service its package started (the tests run their own)"
+    if [ -d /run/systemd/system ]; then
+        systemctl disable --now "$1.service" >/dev/null 2>&1 || true
+    else
+        if command -v systemctl >/dev/null; then systemctl disable "$1.service" >/dev/null 2>&1 || true; fi
+        invoke-rc.d "$1" stop >/dev/null 2>&1 || true
+        update-rc.d "$1" disable >/dev/null 2>&1 || true
+    fi
 }
 
 # dlock_select_server finds (building it when needed: test/pg-server) the
