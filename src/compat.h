@@ -171,4 +171,12 @@ typedef bool DlockUpdateIndexes;
 							  true, 0, false))
 #endif
 
+/*
+ * A set-returning function's materialized result (funcapi.h): 15.0 named
+ * it SetSingleFuncCall, 15.1 on InitMaterializedSRF.
+ */
+#if PG_VERSION_NUM < 150001
+#define InitMaterializedSRF(fcinfo, flags)	SetSingleFuncCall((fcinfo), (flags))
+#endif
+
 #endif							/* DLOCK_COMPAT_H */

@@ -138,7 +138,8 @@ typedef struct DlockPrevLease
 {
 	DlockGrantKind kind;
 	int64		token;			/* the previous token; 0 for a new name */
-	text	   *owner;			/* its owner label (may be NULL) */
+	text	   *owner;			/* its owner label, only when a log line
+								 * wants it (DlockEventsWantOwner) */
 	TimestampTz ended_at;		/* its expiry, or release time */
 } DlockPrevLease;
 
@@ -171,6 +172,7 @@ extern void DlockEventBreak(text *lock_name, int64 token, text *owner,
 							TimestampTz expires_at);
 extern void DlockEventPurge(text *lock_name, int64 token);
 extern bool DlockEventsWanted(bool takeover_or_break);
+extern bool DlockEventsWantOwner(void);
 
 /*
  * DlockReportGrant counts the grant of token on lock_name and records its

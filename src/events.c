@@ -4,27 +4,38 @@
  *	  Lease events: with dlock.notify, a NOTIFY on channel "dlock" for every
  *	  committed lease change; with dlock.log_lease_changes, a log line.
  *
- * The store (store_ops.c) records each change as it makes it: a grant (to
- * a new name, after a release, or taking over an expired lease), a
- * release, a break, a purged row.  Nothing is recorded unless a setting
- * asks for it.  The records live in TopTransactionContext, tagged with the
- * subtransaction that made them: a subtransaction that rolls back drops
- * its own (and its children's), one that commits hands them to its parent,
- * so only what the transaction commits is left at its end.  Then:
+ * The entry points and the store record each change as it is made: a
+ * grant (to a new name, after a release, or taking over an expired lease),
+ * a release, a break, a purged row.  Nothing is recorded unless a setting
+ * asks for it, and each record notes what the settings asked for when the
+ * change was made (sent, logged, or both).  The records live in
+ * TopTransactionContext, tagged with the subtransaction that made them: a
+ * subtransaction that rolls back drops its own (and its children's), one
+ * that commits hands them to its parent, so only what the transaction
+ * commits is left at its end.  A transaction keeps at most
+ * DLOCK_MAX_XACT_EVENTS records; further changes are only counted, per
+ * subtransaction as well, and reported as one "overflow" event (a purge of
+ * a million rows must not build a million notifications at commit).
+ * Then:
  *
- *   - at PRE_COMMIT, with dlock.notify, each record becomes a NOTIFY
+ *   - at PRE_COMMIT, each record to be sent becomes a NOTIFY
  *     (Async_Notify), which PostgreSQL delivers once the commit is done
  *     and drops if the commit fails after all.  Listeners therefore never
  *     hear of a change that was rolled back.  When the notification queue
  *     is more than half full (a listener that stopped reading), the events
  *     are dropped with a WARNING rather than risk the commit failing on a
- *     full queue: events must never stop a lease change.
+ *     full queue.
  *   - at COMMIT, after the transaction is committed, the log lines.
  *   - a transaction that is PREPAREd cannot NOTIFY: its events are logged
  *     when it is prepared and sent to nobody (docs/sql-reference.md).
  *
- * Concurrency: backend-local state only.  PostgreSQL's NOTIFY takes its
- * own queue lock while committing; nothing here waits for anything.
+ * Concurrency: backend-local state only, and no lock of its own.  But a
+ * commit that sends events goes through PostgreSQL's PreCommit_Notify,
+ * which holds one cluster-wide lock from then until the commit has ended
+ * (its WAL flush and synchronous replication included): such commits
+ * happen one at a time, and can wait for each other (docs/sql-reference.md
+ * says so; dlock.notify is off by default).  Events never wait for a
+ * listener.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -54,32 +65,81 @@ int			dlock_log_lease_changes = DLOCK_LOG_CHANGES_OFF;
 /* Above this share of the notification queue in use, events are dropped. */
 #define DLOCK_NOTIFY_QUEUE_LIMIT	0.5
 
+/* The queue's use is read again after this long, or for this many events. */
+#define DLOCK_NOTIFY_QUEUE_CHECK_MS		1000
+#define DLOCK_NOTIFY_QUEUE_CHECK_EVENTS 1000
+
+/* The most changes a transaction records; further ones are only counted. */
+#define DLOCK_MAX_XACT_EVENTS	10000
+
+/* PostgreSQL's longest NOTIFY payload (NOTIFY_PAYLOAD_MAX_LENGTH, async.c). */
+#define DLOCK_NOTIFY_PAYLOAD_MAX	(BLCKSZ - NAMEDATALEN - 128)
+
 typedef enum LeaseEventKind
 {
 	EVENT_ACQUIRED,
 	EVENT_TAKEN_OVER,
 	EVENT_RELEASED,
 	EVENT_BROKEN,
-	EVENT_PURGED
+	EVENT_PURGED,
+	EVENT_OVERFLOW				/* changes beyond DLOCK_MAX_XACT_EVENTS */
 } LeaseEventKind;
 
 static const char *const event_names[] =
-{"acquired", "taken_over", "released", "broken", "purged"};
+{"acquired", "taken_over", "released", "broken", "purged", "overflow"};
 
 /* One recorded lease change (in TopTransactionContext). */
 typedef struct LeaseEvent
 {
 	LeaseEventKind kind;
 	int			nestlevel;		/* the subtransaction that made it */
+	bool		notify;			/* to be sent (dlock.notify at the change) */
+	bool		log;			/* to be logged (dlock.log_lease_changes) */
+	int64		count;			/* overflow: how many changes */
 	char	   *lock_name;
 	int64		token;
 	int64		prev_token;		/* 0: none */
-	char	   *prev_owner;		/* taken_over, broken: the holder's label */
+	char	   *prev_owner;		/* taken_over, broken: the holder's label,
+								 * as the log line shows it (owner_text) */
 	TimestampTz ended_at;		/* taken_over: when the old lease expired */
 	char	   *by_role;		/* broken: the role that broke it */
 } LeaseEvent;
 
 static List *events = NIL;
+static int	nrecorded = 0;		/* records in events, overflow ones aside */
+
+/* The overflow record of the current subtransaction, if it has one. */
+static LeaseEvent *overflow = NULL;
+
+/* When the notification queue's use was last read, and what it was. */
+static TimestampTz queue_checked_at = 0;
+static double queue_usage = 0;
+
+/*
+ * events_reset_callback forgets the events when TopTransactionContext is
+ * reset or deleted, however the transaction ended (another library's
+ * callback may have raised before this file's ran).
+ */
+static void
+events_reset_callback(void *arg)
+{
+	events = NIL;
+	nrecorded = 0;
+	overflow = NULL;
+}
+
+/*
+ * event_log_wanted reports whether dlock.log_lease_changes asks for a log
+ * line of a change of kind.
+ */
+static bool
+event_log_wanted(LeaseEventKind kind)
+{
+	if (dlock_log_lease_changes == DLOCK_LOG_CHANGES_ALL)
+		return true;
+	return dlock_log_lease_changes == DLOCK_LOG_CHANGES_TAKEOVERS &&
+		(kind == EVENT_TAKEN_OVER || kind == EVENT_BROKEN);
+}
 
 /*
  * DlockEventsWanted reports whether a lease change is to be recorded: one
@@ -95,34 +155,92 @@ DlockEventsWanted(bool takeover_or_break)
 }
 
 /*
- * event_new appends a record of kind for lock_name and token to the
- * transaction's events and returns it, for the caller to fill in.
+ * DlockEventsWantOwner reports whether a lease change's record needs the
+ * previous holder's owner label (only log lines show it).
+ */
+bool
+DlockEventsWantOwner(void)
+{
+	return dlock_log_lease_changes != DLOCK_LOG_CHANGES_OFF;
+}
+
+/*
+ * event_append appends a record of kind to the transaction's events, with
+ * what the settings ask for it now, and returns it for the caller to fill
+ * in.  Allocates in TopTransactionContext.
+ */
+static LeaseEvent *
+event_append(LeaseEventKind kind)
+{
+	LeaseEvent *ev;
+
+	Assert(IsTransactionState());
+	Assert(CurrentMemoryContext == TopTransactionContext);
+	if (events == NIL)
+	{
+		MemoryContextCallback *cb = palloc(sizeof(MemoryContextCallback));
+
+		cb->func = events_reset_callback;
+		cb->arg = NULL;
+		MemoryContextRegisterResetCallback(TopTransactionContext, cb);
+	}
+	ev = palloc0(sizeof(LeaseEvent));
+	ev->kind = kind;
+	ev->nestlevel = GetCurrentTransactionNestLevel();
+	ev->notify = dlock_notify;
+	ev->log = event_log_wanted(kind);
+	events = lappend(events, ev);
+	return ev;
+}
+
+/*
+ * event_new records a change of kind for lock_name and token and returns
+ * the record, for the caller to fill in; NULL when the transaction has
+ * recorded DLOCK_MAX_XACT_EVENTS already (the change is then counted in
+ * the subtransaction's overflow record).
  */
 static LeaseEvent *
 event_new(LeaseEventKind kind, text *lock_name, int64 token)
 {
 	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
-	LeaseEvent *ev = palloc0(sizeof(LeaseEvent));
+	LeaseEvent *ev = NULL;
 
-	Assert(IsTransactionState());
-	ev->kind = kind;
-	ev->nestlevel = GetCurrentTransactionNestLevel();
-	ev->lock_name = text_to_cstring(lock_name);
-	ev->token = token;
-	events = lappend(events, ev);
+	if (nrecorded >= DLOCK_MAX_XACT_EVENTS)
+	{
+		if (overflow == NULL ||
+			overflow->nestlevel != GetCurrentTransactionNestLevel())
+			overflow = event_append(EVENT_OVERFLOW);
+		overflow->count++;
+		/* sent or logged if any change it stands for would have been */
+		overflow->notify |= dlock_notify;
+		overflow->log |= event_log_wanted(kind);
+	}
+	else
+	{
+		ev = event_append(kind);
+		ev->lock_name = text_to_cstring(lock_name);
+		ev->token = token;
+		nrecorded++;
+	}
 	MemoryContextSwitchTo(old);
 	return ev;
 }
 
 /*
- * copy_owner returns a copy of an owner label in TopTransactionContext
- * (NULL for none).
+ * owner_text returns how a log line names an owner label ("owner \"w1\"",
+ * or "no owner label"), in TopTransactionContext: made when the change is
+ * recorded, so that logging after the commit allocates nothing.
  */
 static char *
-copy_owner(text *owner)
+owner_text(text *owner)
 {
-	return owner == NULL ? NULL :
-		MemoryContextStrdup(TopTransactionContext, text_to_cstring(owner));
+	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	char	   *result;
+
+	result = owner == NULL ? pstrdup("no owner label") :
+		psprintf("owner \"%s\"", text_to_cstring(owner));
+	MemoryContextSwitchTo(old);
+	return result;
 }
 
 /*
@@ -139,11 +257,13 @@ DlockEventGrant(text *lock_name, int64 token, const DlockPrevLease *prev)
 		return;
 	ev = event_new(takeover ? EVENT_TAKEN_OVER : EVENT_ACQUIRED, lock_name,
 				   token);
+	if (ev == NULL)
+		return;
 	Assert(prev->kind == DLOCK_GRANT_NEW || prev->token > 0);
 	ev->prev_token = prev->kind == DLOCK_GRANT_NEW ? 0 : prev->token;
 	if (takeover)
 	{
-		ev->prev_owner = copy_owner(prev->owner);
+		ev->prev_owner = owner_text(prev->owner);
 		ev->ended_at = prev->ended_at;
 	}
 }
@@ -171,7 +291,9 @@ DlockEventBreak(text *lock_name, int64 token, text *owner,
 	if (!DlockEventsWanted(true))
 		return;
 	ev = event_new(EVENT_BROKEN, lock_name, token);
-	ev->prev_owner = copy_owner(owner);
+	if (ev == NULL)
+		return;
+	ev->prev_owner = owner_text(owner);
 	ev->ended_at = expires_at;
 	ev->by_role = MemoryContextStrdup(TopTransactionContext,
 									  GetUserNameFromId(GetUserId(), false));
@@ -199,6 +321,12 @@ event_payload(const LeaseEvent *ev)
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"event\": \"%s\", \"lock_name\": ",
 					 event_names[ev->kind]);
+	if (ev->kind == EVENT_OVERFLOW)
+	{
+		appendStringInfo(&buf, "null, \"token\": null, \"previous_token\": null, \"count\": " INT64_FORMAT "}",
+						 ev->count);
+		return buf.data;
+	}
 	escape_json(&buf, ev->lock_name);
 	appendStringInfo(&buf, ", \"token\": " INT64_FORMAT ", \"previous_token\": ",
 					 ev->token);
@@ -221,35 +349,67 @@ notify_queue_usage(void)
 }
 
 /*
- * send_events queues a NOTIFY for each recorded event (see the file
- * header), unless the notification queue is too full.
+ * send_events queues a NOTIFY for each recorded event to be sent (see the
+ * file header), unless the notification queue is too full.  The queue's
+ * use is read at most once a second (reading it advances the queue's tail,
+ * which takes its locks), or for many events.
  */
 static void
 send_events(void)
 {
+	MemoryContext cxt;
+	MemoryContext old;
 	ListCell   *lc;
-	double		usage = notify_queue_usage();
+	int			nsend = 0;
+	TimestampTz now;
 
-	if (usage > DLOCK_NOTIFY_QUEUE_LIMIT)
+	foreach(lc, events)
+		if (((LeaseEvent *) lfirst(lc))->notify)
+			nsend++;
+	if (nsend == 0)
+		return;
+
+	now = GetCurrentTimestamp();
+	if (nsend >= DLOCK_NOTIFY_QUEUE_CHECK_EVENTS ||
+		TimestampDifferenceExceeds(queue_checked_at, now,
+								   DLOCK_NOTIFY_QUEUE_CHECK_MS))
+	{
+		queue_usage = notify_queue_usage();
+		queue_checked_at = now;
+	}
+	if (queue_usage > DLOCK_NOTIFY_QUEUE_LIMIT)
 	{
 		ereport(WARNING,
 				(errmsg("dlock: %d lease events not sent: the notification queue is %.0f%% full",
-						list_length(events), usage * 100),
+						nsend, queue_usage * 100),
 				 errhint("A session that LISTENs has stopped reading its notifications.")));
 		return;
 	}
+
+	/* Async_Notify copies the payload; build each in a context of its own */
+	cxt = AllocSetContextCreate(CurrentMemoryContext, "dlock events",
+								ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
 	foreach(lc, events)
-		Async_Notify(DLOCK_NOTIFY_CHANNEL, event_payload(lfirst(lc)));
+	{
+		LeaseEvent *ev = lfirst(lc);
+		char	   *payload;
+
+		if (!ev->notify)
+			continue;
+		payload = event_payload(ev);
+		if (strlen(payload) >= DLOCK_NOTIFY_PAYLOAD_MAX)
+			ereport(WARNING,
+					(errmsg("dlock: lease event for \"%s\" not sent: its payload is too long",
+							ev->lock_name)));
+		else
+			Async_Notify(DLOCK_NOTIFY_CHANNEL, payload);
+		MemoryContextReset(cxt);
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextDelete(cxt);
 }
 
-/*
- * owner_text returns how a log line names an owner label.
- */
-static const char *
-owner_text(const char *owner)
-{
-	return owner != NULL ? owner : "(none)";
-}
 
 /*
  * log_event writes ev's log line, if dlock.log_lease_changes asks for it;
@@ -260,9 +420,7 @@ log_event(const LeaseEvent *ev, bool prepared)
 {
 	const char *when = prepared ? " (in a prepared transaction)" : "";
 
-	if (dlock_log_lease_changes == DLOCK_LOG_CHANGES_OFF ||
-		(dlock_log_lease_changes == DLOCK_LOG_CHANGES_TAKEOVERS &&
-		 ev->kind != EVENT_TAKEN_OVER && ev->kind != EVENT_BROKEN))
+	if (!ev->log)
 		return;
 
 	switch (ev->kind)
@@ -271,16 +429,16 @@ log_event(const LeaseEvent *ev, bool prepared)
 			ereport(LOG,
 					(errmsg("dlock: lease \"%s\" taken over with token " INT64_FORMAT "%s",
 							ev->lock_name, ev->token, when),
-					 errdetail("Token " INT64_FORMAT " of owner %s expired at %s without a release.",
-							   ev->prev_token, owner_text(ev->prev_owner),
+					 errdetail("Token " INT64_FORMAT " of %s expired at %s without a release.",
+							   ev->prev_token, ev->prev_owner,
 							   timestamptz_to_str(ev->ended_at))));
 			break;
 		case EVENT_BROKEN:
 			ereport(LOG,
 					(errmsg("dlock: lease \"%s\" broken by role \"%s\"%s",
 							ev->lock_name, ev->by_role, when),
-					 errdetail("Token " INT64_FORMAT " of owner %s would have expired at %s.",
-							   ev->token, owner_text(ev->prev_owner),
+					 errdetail("Token " INT64_FORMAT " of %s would have expired at %s.",
+							   ev->token, ev->prev_owner,
 							   timestamptz_to_str(ev->ended_at))));
 			break;
 		case EVENT_ACQUIRED:
@@ -303,6 +461,13 @@ log_event(const LeaseEvent *ev, bool prepared)
 					(errmsg("dlock: lease row \"%s\" with token " INT64_FORMAT " purged%s",
 							ev->lock_name, ev->token, when)));
 			break;
+		case EVENT_OVERFLOW:
+			ereport(LOG,
+					(errmsg("dlock: " INT64_FORMAT " further lease changes of the transaction are not logged one by one%s",
+							ev->count, when),
+					 errdetail("A transaction logs and sends at most %d lease changes.",
+							   DLOCK_MAX_XACT_EVENTS)));
+			break;
 	}
 }
 
@@ -320,17 +485,18 @@ events_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			if (dlock_notify)
-				send_events();
+			send_events();
 			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PREPARE:
 			foreach(lc, events)
 				log_event(lfirst(lc), event == XACT_EVENT_PREPARE);
-			events = NIL;		/* freed with TopTransactionContext */
+			events_reset_callback(NULL);	/* freed with TopTransactionContext */
 			return;
 		case XACT_EVENT_ABORT:
-			events = NIL;
+		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+			events_reset_callback(NULL);
 			return;
 		default:
 			return;
@@ -350,6 +516,7 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 	if (events == NIL)
 		return;
+	overflow = NULL;			/* the next one is found or made again */
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		foreach(lc, events)
@@ -357,8 +524,13 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			LeaseEvent *ev = lfirst(lc);
 
 			if (ev->nestlevel >= level)
+			{
+				if (ev->kind != EVENT_OVERFLOW)
+					nrecorded--;
 				events = foreach_delete_current(events, lc);
+			}
 		}
+		Assert(nrecorded >= 0);
 	}
 	else if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{

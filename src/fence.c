@@ -421,34 +421,32 @@ fence_reject_hint(text *lock_name)
 				   text_to_cstring(lock_name));
 }
 
-/* The mode of the fence decision being made, for dlock_stats. */
-static DlockFenceMode fence_deciding = DLOCK_FENCE_LATEST;
-
 /*
- * fence_count counts a fence decision of mode fence_deciding: accepted or
+ * fence_count counts a fence decision of mode for dlock_stats: accepted or
  * rejected.
  */
 static void
-fence_count(bool accepted)
+fence_count(DlockFenceMode mode, bool accepted)
 {
 	static const DlockStat stats[3][2] = {
 		{DLOCK_STAT_FENCE_LATEST_REJECTED, DLOCK_STAT_FENCE_LATEST_ACCEPTED},
 		{DLOCK_STAT_FENCE_LIVE_REJECTED, DLOCK_STAT_FENCE_LIVE_ACCEPTED},
 		{DLOCK_STAT_FENCE_SEEN_REJECTED, DLOCK_STAT_FENCE_SEEN_ACCEPTED}};
 
-	Assert(fence_deciding >= DLOCK_FENCE_LATEST && fence_deciding <= DLOCK_FENCE_SEEN);
-	DlockStatsCount(stats[fence_deciding][accepted ? 1 : 0], 1);
+	Assert(mode >= DLOCK_FENCE_LATEST && mode <= DLOCK_FENCE_SEEN);
+	DlockStatsCount(stats[mode][accepted ? 1 : 0], 1);
 }
 
 /*
- * fence_reject raises the fencing rejection (55T01) of a write to the
- * relation relname (NULL: of dlock_check) under lock lock_name; the rest
+ * fence_reject counts a rejection in mode and raises the fencing rejection
+ * (55T01) of a write to the relation relname (NULL: of dlock_check) under
+ * lock lock_name; the rest
  * are errdetail's format and arguments, saying why.  The trigger's message
  * names the relation, dlock_check's the lock; detail and hint are the same.
  */
-#define fence_reject(relname, lock_name, ...) \
+#define fence_reject(mode, relname, lock_name, ...) \
 	do { \
-		fence_count(false); \
+		fence_count((mode), false); \
 		ereport(ERROR, \
 				(errcode(ERRCODE_DLOCK_STALE_TOKEN), \
 				 (relname) != NULL ? \
@@ -486,7 +484,7 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 			checked.token == token)
 			return;
 		if (!DlockMarkCheck(fn_oid, lock_name, token, &mark))
-			fence_reject(relname, lock_name,
+			fence_reject(mode, relname, lock_name,
 						 "Lock \"%s\": token " INT64_FORMAT " is lower than token " INT64_FORMAT ", the highest this database has accepted for it.",
 						 text_to_cstring(lock_name), token, mark);
 		/* the mark may now be above what the transaction checked before */
@@ -497,23 +495,23 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 	DlockStoreFenceLookup(fn_oid, lock_name, mode == DLOCK_FENCE_LIVE,
 						  &lease);
 	if (!lease.found)
-		fence_reject(relname, lock_name,
+		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\" has no lease (it was never acquired, or was purged); the token is " INT64_FORMAT ".",
 					 text_to_cstring(lock_name), token);
 	if (token < lease.token)
-		fence_reject(relname, lock_name,
+		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\": token " INT64_FORMAT " is not current; the current token is " INT64_FORMAT ".",
 					 text_to_cstring(lock_name), token, lease.token);
 	if (token > lease.token)
-		fence_reject(relname, lock_name,
+		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\": token " INT64_FORMAT " was not issued for this lock; the current token is " INT64_FORMAT ".",
 					 text_to_cstring(lock_name), token, lease.token);
 	if (mode == DLOCK_FENCE_LIVE && lease.released)
-		fence_reject(relname, lock_name,
+		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease was released at %s.",
 					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
 	if (mode == DLOCK_FENCE_LIVE && lease.expires_at <= GetCurrentTimestamp())
-		fence_reject(relname, lock_name,
+		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease expired at %s.",
 					 text_to_cstring(lock_name), token, timestamptz_to_str(lease.expires_at));
 }
@@ -524,13 +522,14 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
  * statement); raises 55T01 when there is none.
  */
 static int64
-fence_checked_token(Relation rel, text *lock_name, const char *what)
+fence_checked_token(Relation rel, text *lock_name, const char *what,
+					DlockFenceMode mode)
 {
 	DlockChecked checked;
 
 	if (!DlockCheckedLookup(lock_name, &checked))
 	{
-		fence_count(false);
+		fence_count(mode, false);
 		ereport(ERROR,
 				(errcode(ERRCODE_DLOCK_STALE_TOKEN),
 				 errmsg("fencing token rejected for relation \"%s\"",
@@ -607,7 +606,6 @@ dlock_fence(PG_FUNCTION_ARGS)
 						   RelationGetRelationName(trigdata->tg_relation))));
 
 	config = fence_config(fcinfo, trigdata);
-	fence_deciding = config->mode;
 	rel = trigdata->tg_relation;
 	relname = RelationGetRelationName(rel);
 
@@ -615,10 +613,10 @@ dlock_fence(PG_FUNCTION_ARGS)
 	if (TRIGGER_FIRED_BY_TRUNCATE(event))
 	{
 		lock_name = fence_lock_name(config, trigdata, NULL);
-		token = fence_checked_token(rel, lock_name, "TRUNCATE");
+		token = fence_checked_token(rel, lock_name, "TRUNCATE", config->mode);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
 					 config->mode);
-		fence_count(true);
+		fence_count(config->mode, true);
 		return PointerGetDatum(NULL);
 	}
 
@@ -628,15 +626,15 @@ dlock_fence(PG_FUNCTION_ARGS)
 		HeapTuple	oldtuple = trigdata->tg_trigtuple;
 
 		lock_name = fence_lock_name(config, trigdata, oldtuple);
-		token = fence_checked_token(rel, lock_name, "DELETE");
+		token = fence_checked_token(rel, lock_name, "DELETE", config->mode);
 		oldtoken = fence_token_column(config, rel, oldtuple, &isnull);
 		if (!isnull && token < oldtoken)
-			fence_reject(relname, lock_name,
+			fence_reject(config->mode, relname, lock_name,
 						 "Lock \"%s\": the row carries token " INT64_FORMAT ", higher than token " INT64_FORMAT " the transaction checked.",
 						 text_to_cstring(lock_name), oldtoken, token);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
 					 config->mode);
-		fence_count(true);
+		fence_count(config->mode, true);
 		return PointerGetDatum(oldtuple);
 	}
 
@@ -672,7 +670,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 		}
 	}
 	if (isnull)
-		fence_reject(relname, lock_name,
+		fence_reject(config->mode, relname, lock_name,
 					 "Lock \"%s\": the row carries no token (column \"%s\" is null).",
 					 text_to_cstring(lock_name), config->token_attname);
 
@@ -684,11 +682,11 @@ dlock_fence(PG_FUNCTION_ARGS)
 	 * a row moved to another lock cannot take a lower token with it.
 	 */
 	if (!oldnull && token < oldtoken)
-		fence_reject(relname, lock_name,
+		fence_reject(config->mode, relname, lock_name,
 					 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
 					 text_to_cstring(lock_name), token, oldtoken);
 
-	fence_count(true);
+	fence_count(config->mode, true);
 	return PointerGetDatum(newtuple);
 }
 
@@ -718,9 +716,8 @@ dlock_check(PG_FUNCTION_ARGS)
 				 errmsg("unknown fencing mode"),
 				 errdetail("The mode is \"%s\"; it must be \"latest\", \"live\" or \"seen\".",
 						   text_to_cstring(PG_GETARG_TEXT_PP(2)))));
-	fence_deciding = checked.mode;
 	if (PG_ARGISNULL(1))
-		fence_reject(NULL, lock_name,
+		fence_reject(checked.mode, NULL, lock_name,
 					 "Lock \"%s\": no token was given (the token is null).",
 					 text_to_cstring(lock_name));
 	token = PG_GETARG_INT64(1);
@@ -736,6 +733,6 @@ dlock_check(PG_FUNCTION_ARGS)
 	checked.token = token;
 	checked.mark_locked = (checked.mode == DLOCK_FENCE_SEEN);
 	DlockCheckedRecord(lock_name, &checked);
-	fence_count(true);
+	fence_count(checked.mode, true);
 	PG_RETURN_INT64(token);
 }

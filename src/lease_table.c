@@ -780,14 +780,15 @@ lease_new_row_size(text *lock_name, text *owner)
 }
 
 /*
- * lease_owner_copy returns a copy of a row's owner label for a lease event,
- * in TopTransactionContext: the operation may run in SPI's memory, which
- * its store session frees.
+ * lease_owner_copy returns a copy of a row's owner label for a lease
+ * event's log line, in CurTransactionContext: the operation may run in
+ * SPI's memory, which its store session frees, and a set acquire's
+ * attempt that is rolled back frees its copies with its subtransaction.
  */
 static text *
 lease_owner_copy(text *owner)
 {
-	MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+	MemoryContext old = MemoryContextSwitchTo(CurTransactionContext);
 	text	   *copy = DatumGetTextPCopy(PointerGetDatum(owner));
 
 	MemoryContextSwitchTo(old);
@@ -872,7 +873,7 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		prev->token = row.f.token;
 		prev->ended_at = row.f.expires_at;
 		prev->owner = NULL;
-		if (row.f.owner != NULL && !row.f.released && DlockEventsWanted(true))
+		if (row.f.owner != NULL && !row.f.released && DlockEventsWantOwner())
 			prev->owner = lease_owner_copy(row.f.owner);
 		*token = nextval_internal(seqrelid, true);
 
@@ -1026,7 +1027,7 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 				c->found_token = row.f.token;
 				c->found_expires = row.f.expires_at;
 				c->found_owner = NULL;
-				if (row.f.owner != NULL && DlockEventsWanted(true))
+				if (row.f.owner != NULL && DlockEventsWantOwner())
 					c->found_owner = lease_owner_copy(row.f.owner);
 			}
 			row.f.released = true;

@@ -86,6 +86,7 @@ bool		dlock_track_stats = true;
 /* This backend's block, once it counted; stats_unavailable: none to have. */
 static StatsBackend *my_stats = NULL;
 static bool stats_unavailable = false;
+static bool exit_callback_registered = false;
 
 /*
  * stats_nbackends returns the number of backend blocks: one per PGPROC.
@@ -175,6 +176,8 @@ stats_exit_callback(int code, Datum arg)
 	StatsDb    *db;
 	int			i;
 
+	/* nothing counts from here on (a count during exit must not attach) */
+	stats_unavailable = true;
 	if (my_stats == NULL)
 		return;
 	LWLockAcquire(stats_shmem->lock, LW_EXCLUSIVE);
@@ -214,6 +217,12 @@ stats_attach(void)
 		return;
 	}
 	b = &stats_shmem->backends[procno];
+	/* first, so that a block taken is always given up (this can raise) */
+	if (!exit_callback_registered)
+	{
+		before_shmem_exit(stats_exit_callback, (Datum) 0);
+		exit_callback_registered = true;
+	}
 	LWLockAcquire(stats_shmem->lock, LW_EXCLUSIVE);
 	room = stats_db_locked(MyDatabaseId, true) != NULL;
 	if (room)
@@ -239,7 +248,6 @@ stats_attach(void)
 		return;
 	}
 	my_stats = b;
-	before_shmem_exit(stats_exit_callback, (Datum) 0);
 }
 
 /*
@@ -283,39 +291,49 @@ Datum
 dlock_stats_read(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	StatsDb    *sums;
+	int			ndbs;
 	int			d;
+	int			b;
+	int			i;
 
 	InitMaterializedSRF(fcinfo, 0);
 	if (stats_shmem == NULL)
 		return (Datum) 0;
 
+	/* the totals plus each live backend's counts, in one pass, locked */
+	sums = palloc(sizeof(StatsDb) * DLOCK_STATS_DBS);
 	LWLockAcquire(stats_shmem->lock, LW_SHARED);
-	for (d = 0; d < stats_shmem->ndbs; d++)
+	ndbs = stats_shmem->ndbs;
+	memcpy(sums, stats_shmem->dbs, sizeof(StatsDb) * ndbs);
+	for (b = 0; b < stats_shmem->nbackends; b++)
 	{
-		StatsDb    *db = &stats_shmem->dbs[d];
-		uint64		sum[DLOCK_NUM_STATS];
-		Datum		values[STATS_COLS];
-		bool		nulls[STATS_COLS] = {0};
-		int			i;
-		int			b;
+		StatsBackend *be = &stats_shmem->backends[b];
 
-		memcpy(sum, db->total, sizeof(sum));
-		for (b = 0; b < stats_shmem->nbackends; b++)
-		{
-			StatsBackend *be = &stats_shmem->backends[b];
-
-			if (!be->in_use || be->dboid != db->dboid)
-				continue;
-			for (i = 0; i < DLOCK_NUM_STATS; i++)
-				sum[i] += pg_atomic_read_u64(&be->count[i]) - be->base[i];
-		}
-		values[0] = ObjectIdGetDatum(db->dboid);
+		if (!be->in_use)
+			continue;
+		for (d = 0; d < ndbs && sums[d].dboid != be->dboid; d++)
+			;
+		/* a backend's database has its block before the backend counts */
+		Assert(d < ndbs);
+		if (d == ndbs)
+			continue;
 		for (i = 0; i < DLOCK_NUM_STATS; i++)
-			values[1 + i] = Int64GetDatum((int64) sum[i]);
-		values[1 + DLOCK_NUM_STATS] = TimestampTzGetDatum(db->reset);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			sums[d].total[i] += pg_atomic_read_u64(&be->count[i]) - be->base[i];
 	}
 	LWLockRelease(stats_shmem->lock);
+
+	for (d = 0; d < ndbs; d++)
+	{
+		Datum		values[STATS_COLS];
+		bool		nulls[STATS_COLS] = {0};
+
+		values[0] = ObjectIdGetDatum(sums[d].dboid);
+		for (i = 0; i < DLOCK_NUM_STATS; i++)
+			values[1 + i] = Int64GetDatum((int64) sums[d].total[i]);
+		values[1 + DLOCK_NUM_STATS] = TimestampTzGetDatum(sums[d].reset);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
 	return (Datum) 0;
 }
 

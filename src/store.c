@@ -150,10 +150,10 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" DELETE FROM %1$s.dlock_lease l USING victims v"
 		" WHERE l.lock_name OPERATOR(pg_catalog.=) v.lock_name"
 		" RETURNING l.lock_name, l.token)"
-		" SELECT (SELECT pg_catalog.count(*) FROM gone),"
+		" SELECT pg_catalog.count(*),"
 		" (SELECT pg_catalog.max(v.lock_name) FROM victims v),"
-		" (SELECT pg_catalog.array_agg(g.lock_name) FROM gone g),"
-		" (SELECT pg_catalog.array_agg(g.token) FROM gone g)",
+		" pg_catalog.array_agg(g.lock_name), pg_catalog.array_agg(g.token)"
+		" FROM gone g",
 		2, {TIMESTAMPTZOID, TEXTOID}, false
 	},
 	/*

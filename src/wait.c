@@ -221,7 +221,8 @@ slot_describe(DlockWaiter *me, const DlockWaitInfo *info, TimestampTz deadline)
 	me->nnames = info->nnames;
 	me->since = info->since;
 	me->until = deadline;
-	me->namelen = VARSIZE_ANY_EXHDR(info->lock_name);
+	/* DlockCheckLockName bounds the length; never write past the slot */
+	me->namelen = Min(VARSIZE_ANY_EXHDR(info->lock_name), DLOCK_MAX_NAME_BYTES);
 	memcpy(me->name, VARDATA_ANY(info->lock_name), me->namelen);
 }
 
