@@ -1,15 +1,18 @@
 -- test/pgtap/01_shape.sql: the catalog shape of dlock 1.2.
 --
 -- Every function with its exact signature (argument types, names and
--- defaults), return type (the columns of dlock_acquire_any's table too),
+-- defaults), return type (the columns of dlock_acquire_any's table, and
+-- of the set-returning functions behind the monitoring views, too),
 -- language, volatility, strictness and security;
--- the view's columns in order; the two tables and the two sequences; which objects
--- are members of the extension; relocatability and the dump configuration.
--- Nothing here calls a dlock function.
+-- the three views' columns in order; the two tables and the two sequences; which objects
+-- are members of the extension; relocatability and the dump configuration;
+-- the settings dlock.notify, dlock.log_lease_changes and dlock.track_stats.
+-- Nothing here calls a dlock function (the library is LOADed, for its
+-- settings).
 
 \ir preamble.psql
 
-SELECT plan(89);
+SELECT plan(112);
 
 -- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -186,8 +189,56 @@ SELECT function_lang_is(:'dlock_schema', 'dlock_fence', ARRAY[]::text[], 'c',
 SELECT isnt_definer(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'dlock_fence is not SECURITY DEFINER');
 
+-- The monitoring functions (1.2): the set-returning functions behind the
+-- views dlock_waiters and dlock_stats, and the reset of the counters.  They
+-- take no argument (STRICT changes nothing), and the readers are PARALLEL
+-- RESTRICTED (below): they read this backend's shared memory.
+
+-- dlock_waiters_read() -> SETOF record (the columns: below)
+SELECT has_function(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[],
+    'dlock_waiters_read() exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[], 'setof record',
+    'dlock_waiters_read returns a set of records (OUT columns)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[], 'c',
+    'dlock_waiters_read is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[], 'volatile',
+    'dlock_waiters_read is VOLATILE (it reads shared memory as it is now)');
+SELECT is_strict(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[],
+    'dlock_waiters_read is STRICT (it has no argument)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[],
+    'dlock_waiters_read is not SECURITY DEFINER');
+
+-- dlock_stats_read() -> SETOF record (the columns: below)
+SELECT has_function(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
+    'dlock_stats_read() exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[], 'setof record',
+    'dlock_stats_read returns a set of records (OUT columns)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[], 'c',
+    'dlock_stats_read is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[], 'volatile',
+    'dlock_stats_read is VOLATILE (it reads shared memory as it is now)');
+SELECT is_strict(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
+    'dlock_stats_read is STRICT (it has no argument)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
+    'dlock_stats_read is not SECURITY DEFINER');
+
+-- dlock_stats_reset() -> void
+SELECT has_function(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[],
+    'dlock_stats_reset() exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[], 'void',
+    'dlock_stats_reset returns void');
+SELECT function_lang_is(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[], 'c',
+    'dlock_stats_reset is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[], 'volatile',
+    'dlock_stats_reset is VOLATILE');
+SELECT is_strict(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[],
+    'dlock_stats_reset is STRICT (it has no argument)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[],
+    'dlock_stats_reset is not SECURITY DEFINER (EXECUTE is granted to operators instead)');
+
 -- Argument names and defaults (callers use named arguments and rely on the
--- defaults), PARALLEL UNSAFE, plain functions, and the C symbol of each.
+-- defaults), PARALLEL UNSAFE (the monitoring readers PARALLEL RESTRICTED),
+-- plain functions, and the C symbol of each; the readers' OUT columns.
 SELECT results_eq(
     $$SELECT p.proname::text COLLATE "default", pg_catalog.pg_get_function_arguments(p.oid),
              p.prokind::text, p.proparallel::text, p.prosrc COLLATE "default", p.probin COLLATE "default"
@@ -210,19 +261,32 @@ SELECT results_eq(
         ('dlock_release', 'lock_name text, token bigint', 'f', 'u', 'dlock_release', '$libdir/dlock'),
         ('dlock_release_each', 'lock_names text[], tokens bigint[]', 'f', 'u', 'dlock_release_each', '$libdir/dlock'),
         ('dlock_renew', 'lock_name text, token bigint, ttl interval', 'f', 'u', 'dlock_renew', '$libdir/dlock'),
-        ('dlock_renew_each', 'lock_names text[], tokens bigint[], ttl interval', 'f', 'u', 'dlock_renew_each', '$libdir/dlock')$$,
-    'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL, mode ''latest''), PARALLEL UNSAFE, and C symbols named after them'
+        ('dlock_renew_each', 'lock_names text[], tokens bigint[], ttl interval', 'f', 'u', 'dlock_renew_each', '$libdir/dlock'),
+        ('dlock_stats_read', 'OUT datid oid, OUT grants_new bigint, OUT grants_after_release bigint, OUT takeovers bigint, '
+                             'OUT refusals bigint, OUT waits bigint, OUT wait_timeouts bigint, OUT renewals bigint, '
+                             'OUT renewals_failed bigint, OUT releases bigint, OUT releases_failed bigint, OUT breaks bigint, '
+                             'OUT purged bigint, OUT fence_latest_accepted bigint, OUT fence_latest_rejected bigint, '
+                             'OUT fence_live_accepted bigint, OUT fence_live_rejected bigint, OUT fence_seen_accepted bigint, '
+                             'OUT fence_seen_rejected bigint, OUT token_jumps bigint, OUT stats_reset timestamp with time zone',
+         'f', 'r', 'dlock_stats_read', '$libdir/dlock'),
+        ('dlock_stats_reset', '', 'f', 'u', 'dlock_stats_reset', '$libdir/dlock'),
+        ('dlock_waiters_read', 'OUT pid integer, OUT datid oid, OUT roleid oid, OUT lock_name text, OUT kind text, '
+                               'OUT names integer, OUT waiting_since timestamp with time zone, '
+                               'OUT wait_until timestamp with time zone, OUT "position" integer',
+         'f', 'r', 'dlock_waiters_read', '$libdir/dlock')$$,
+    'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL, mode ''latest''), PARALLEL UNSAFE but for the monitoring readers (RESTRICTED), the readers'' OUT columns, and C symbols named after them'
 );
 SELECT is(
     (SELECT pg_catalog.count(*) FROM pg_catalog.pg_proc p
       WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence', 'dlock_purge',
                           'dlock_check', 'dlock_purge_marks', 'dlock_acquire_all', 'dlock_acquire_any',
-                          'dlock_renew_each', 'dlock_release_each')),
-    12::bigint,
-    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check, dlock_purge_marks, dlock_acquire_all, dlock_acquire_any, dlock_renew_each or dlock_release_each (an overload of dlock_renew or dlock_release would make calls with untyped arguments ambiguous)'
+                          'dlock_renew_each', 'dlock_release_each', 'dlock_waiters_read', 'dlock_stats_read',
+                          'dlock_stats_reset')),
+    15::bigint,
+    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check, dlock_purge_marks, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_waiters_read, dlock_stats_read or dlock_stats_reset (an overload of dlock_renew or dlock_release would make calls with untyped arguments ambiguous)'
 );
 
--- The view.
+-- The views.
 SELECT has_view(:'dlock_schema', 'dlock_leases', 'view dlock_leases exists in the extension''s schema');
 SELECT results_eq(
     $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod)
@@ -233,6 +297,34 @@ SELECT results_eq(
              ('acquired_at', 'timestamp with time zone'), ('renewed_at', 'timestamp with time zone'),
              ('expires_at', 'timestamp with time zone'), ('released', 'boolean'), ('live', 'boolean')$$,
     'dlock_leases has exactly the columns lock_name text, token bigint, owner text, holder_role name, acquired_at/renewed_at/expires_at timestamptz, released boolean, live boolean, in that order'
+);
+SELECT has_view(:'dlock_schema', 'dlock_waiters', 'view dlock_waiters exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod)
+        FROM pg_catalog.pg_attribute a
+       WHERE a.attrelid = 'dlock_waiters'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       ORDER BY a.attnum$$,
+    $$VALUES ('pid', 'integer'), ('database', 'name'), ('role', 'name'), ('lock_name', 'text'), ('kind', 'text'),
+             ('names', 'integer'), ('waiting_since', 'timestamp with time zone'),
+             ('wait_until', 'timestamp with time zone'), ('position', 'integer')$$,
+    'dlock_waiters has exactly the columns pid integer, database name, role name, lock_name text, kind text, names integer, waiting_since/wait_until timestamptz, position integer, in that order'
+);
+SELECT has_view(:'dlock_schema', 'dlock_stats', 'view dlock_stats exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod)
+        FROM pg_catalog.pg_attribute a
+       WHERE a.attrelid = 'dlock_stats'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       ORDER BY a.attnum$$,
+    $$VALUES ('datid', 'oid'), ('datname', 'name'),
+             ('grants_new', 'bigint'), ('grants_after_release', 'bigint'), ('takeovers', 'bigint'),
+             ('refusals', 'bigint'), ('waits', 'bigint'), ('wait_timeouts', 'bigint'),
+             ('renewals', 'bigint'), ('renewals_failed', 'bigint'), ('releases', 'bigint'),
+             ('releases_failed', 'bigint'), ('breaks', 'bigint'), ('purged', 'bigint'),
+             ('fence_latest_accepted', 'bigint'), ('fence_latest_rejected', 'bigint'),
+             ('fence_live_accepted', 'bigint'), ('fence_live_rejected', 'bigint'),
+             ('fence_seen_accepted', 'bigint'), ('fence_seen_rejected', 'bigint'),
+             ('token_jumps', 'bigint'), ('stats_reset', 'timestamp with time zone')$$,
+    'dlock_stats has exactly the columns datid oid, datname name, the nineteen bigint counters, stats_reset timestamptz, in that order'
 );
 
 -- The table.
@@ -323,8 +415,13 @@ SELECT set_eq(
              (true, 'function dlock_acquire_all(text[],interval,interval,text)'),
              (true, 'function dlock_acquire_any(text[],interval,interval,text)'),
              (true, 'function dlock_renew_each(text[],bigint[],interval)'),
-             (true, 'function dlock_release_each(text[],bigint[])')$$,
-    'the members of extension dlock are exactly its two tables, two sequences, view and twelve functions, all in the extension''s schema'
+             (true, 'function dlock_release_each(text[],bigint[])'),
+             (true, 'function dlock_waiters_read()'),
+             (true, 'view dlock_waiters'),
+             (true, 'function dlock_stats_read()'),
+             (true, 'view dlock_stats'),
+             (true, 'function dlock_stats_reset()')$$,
+    'the members of extension dlock are exactly its two tables, two sequences, three views and fifteen functions, all in the extension''s schema'
 );
 -- Objects that are not members themselves (the primary key index, the row
 -- types) must still belong to a member, so DROP EXTENSION removes them: no
@@ -379,6 +476,23 @@ SELECT is(
     (SELECT e.extversion FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock'),
     '1.2',
     'the installed version is 1.2 (this file describes 1.2)'
+);
+
+-- The settings of 1.2's monitoring.  They exist once the library is
+-- loaded (LOAD runs _PG_init, which defines them; no dlock function is
+-- called): their types, defaults and values (all at their defaults here),
+-- the allowed values of the enum, and that only superusers may set them.
+LOAD 'dlock';
+SELECT results_eq(
+    $$SELECT s.name COLLATE "default", s.vartype COLLATE "default", s.boot_val COLLATE "default",
+             s.setting COLLATE "default", s.context COLLATE "default", s.enumvals::text COLLATE "default"
+        FROM pg_catalog.pg_settings s
+       WHERE s.name IN ('dlock.notify', 'dlock.log_lease_changes', 'dlock.track_stats')
+       ORDER BY s.name$$,
+    $$VALUES ('dlock.log_lease_changes', 'enum', 'off', 'off', 'superuser', '{off,takeovers,all}'),
+             ('dlock.notify', 'bool', 'off', 'off', 'superuser', NULL),
+             ('dlock.track_stats', 'bool', 'on', 'on', 'superuser', NULL)$$,
+    'dlock.notify (bool, off), dlock.log_lease_changes (enum off | takeovers | all, off) and dlock.track_stats (bool, on) exist, at their defaults, settable by superusers only'
 );
 
 SELECT * FROM finish();

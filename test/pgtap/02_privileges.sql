@@ -2,19 +2,21 @@
 -- do with dlock's objects.
 --
 -- First the grants as the catalogs record them (PUBLIC: EXECUTE on acquire,
--- renew, release, their forms for many names and check, SELECT on
--- dlock_leases, nothing else on any member of the extension), then the same
+-- renew, release, their forms for many names and check, and on the readers
+-- behind the monitoring views; SELECT on dlock_leases, dlock_waiters and
+-- dlock_stats; nothing else on any member of the extension), then the same
 -- rules exercised by an ordinary role created here: it cannot touch the
 -- lease table, the marks or the token sequence (so it cannot make tokens
 -- repeat or forge what a database has seen), cannot write through the view,
--- cannot break leases or purge, and can use the lease functions (for one
--- name and for many) and dlock_check and read dlock_leases; the calls run
+-- cannot break leases, purge, reset the counters or set the monitoring
+-- settings, and can use the lease functions (for one name and for many)
+-- and dlock_check and read dlock_leases and the monitoring views; the calls run
 -- as the caller (no SECURITY DEFINER), and a refused all-or-nothing
 -- attempt, undone inside the call, leaves the caller's role as it was.
 
 \ir preamble.psql
 
-SELECT plan(64);
+SELECT plan(77);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -41,8 +43,18 @@ SELECT function_privs_are(:'dlock_schema', 'dlock_check', ARRAY['text', 'bigint'
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_check');
 SELECT function_privs_are(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_fence (so any table owner can protect a table)');
+SELECT function_privs_are(:'dlock_schema', 'dlock_waiters_read', ARRAY[]::text[],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_waiters_read (behind the view dlock_waiters)');
+SELECT function_privs_are(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_stats_read (behind the view dlock_stats)');
+SELECT function_privs_are(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[],
+    'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_stats_reset');
 SELECT table_privs_are(:'dlock_schema', 'dlock_leases', 'public', ARRAY['SELECT'],
     'PUBLIC may SELECT from dlock_leases, and nothing else');
+SELECT table_privs_are(:'dlock_schema', 'dlock_waiters', 'public', ARRAY['SELECT'],
+    'PUBLIC may SELECT from dlock_waiters, and nothing else');
+SELECT table_privs_are(:'dlock_schema', 'dlock_stats', 'public', ARRAY['SELECT'],
+    'PUBLIC may SELECT from dlock_stats, and nothing else');
 SELECT table_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
     'PUBLIC has no privilege on table dlock_lease');
 SELECT any_column_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
@@ -66,8 +78,9 @@ SELECT set_eq(
          AND d.deptype = 'e'
          AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')$$,
     ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_acquire_all', 'dlock_acquire_any',
-          'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence'],
-    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_check and the trigger function dlock_fence'
+          'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence',
+          'dlock_waiters_read', 'dlock_stats_read'],
+    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_check, the trigger function dlock_fence and the readers dlock_waiters_read and dlock_stats_read'
 );
 SELECT set_eq(
     $$SELECT c.relname::text COLLATE "default", NULL::text, a.privilege_type::text COLLATE "default"
@@ -89,8 +102,9 @@ SELECT set_eq(
          AND d.refobjid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'dlock')
          AND d.deptype = 'e'
          AND a.grantee = 0$$,
-    $$VALUES ('dlock_leases', NULL::text, 'SELECT')$$,
-    'of the extension''s relations and their columns, PUBLIC holds exactly SELECT on dlock_leases'
+    $$VALUES ('dlock_leases', NULL::text, 'SELECT'), ('dlock_waiters', NULL::text, 'SELECT'),
+             ('dlock_stats', NULL::text, 'SELECT')$$,
+    'of the extension''s relations and their columns, PUBLIC holds exactly SELECT on dlock_leases, dlock_waiters and dlock_stats'
 );
 
 -- An ordinary role.  It gets USAGE on the schema, as any role that uses
@@ -108,7 +122,8 @@ SELECT is_empty(
     $$SELECT p.oid::regprocedure::text FROM pg_catalog.pg_proc p
        WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema()))
          AND p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_acquire_all', 'dlock_acquire_any',
-                           'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence')
+                           'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence',
+                           'dlock_waiters_read', 'dlock_stats_read')
          AND p.prosecdef$$,
     'none of the functions PUBLIC may execute is SECURITY DEFINER'
 );
@@ -220,6 +235,32 @@ SELECT throws_ok(
     $$SELECT dlock_purge('0')$$,
     '42501', 'permission denied for function dlock_purge',
     'an ordinary role cannot purge leases'
+);
+
+-- The monitoring views are for everyone; resetting the counters is for
+-- operators.  (This cluster does not preload dlock: the views have no
+-- rows here, specs/race-waiters.spec and specs/stats-counters.spec show
+-- them with rows.)
+SELECT lives_ok(
+    $$SELECT * FROM dlock_waiters$$,
+    'an ordinary role can read dlock_waiters'
+);
+SELECT lives_ok(
+    $$SELECT * FROM dlock_stats$$,
+    'an ordinary role can read dlock_stats'
+);
+SELECT lives_ok(
+    $$SELECT * FROM dlock_waiters_read()$$,
+    'an ordinary role can call dlock_waiters_read'
+);
+SELECT lives_ok(
+    $$SELECT * FROM dlock_stats_read()$$,
+    'an ordinary role can call dlock_stats_read'
+);
+SELECT throws_ok(
+    $$SELECT dlock_stats_reset()$$,
+    '42501', 'permission denied for function dlock_stats_reset',
+    'an ordinary role cannot reset the counters of dlock_stats'
 );
 
 -- What it can do: take, renew and release a lease, and read it.
@@ -344,6 +385,24 @@ SELECT throws_ok(
     $$SELECT dlock_check('tap:priv:seen', 41, 'seen')$$,
     '55T01', 'fencing token rejected for lock "tap:priv:seen"',
     'a lower token than the mark is rejected for it'
+);
+
+-- The monitoring settings are for superusers (the library is loaded by
+-- now: the role called dlock's functions above).
+SELECT throws_ok(
+    $$SET dlock.notify = on$$,
+    '42501', 'permission denied to set parameter "dlock.notify"',
+    'an ordinary role cannot set dlock.notify'
+);
+SELECT throws_ok(
+    $$SET dlock.log_lease_changes = 'all'$$,
+    '42501', 'permission denied to set parameter "dlock.log_lease_changes"',
+    'an ordinary role cannot set dlock.log_lease_changes'
+);
+SELECT throws_ok(
+    $$SET dlock.track_stats = off$$,
+    '42501', 'permission denied to set parameter "dlock.track_stats"',
+    'an ordinary role cannot set dlock.track_stats'
 );
 
 RESET ROLE;
