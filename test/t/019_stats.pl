@@ -16,7 +16,9 @@
 # latest and live, two releases of the same token (the second fails),
 # a grant after the release, a stale dlock_check (55T01, the only error),
 # a release_each, three refused calls (dlock_acquire, dlock_acquire_all,
-# dlock_acquire_any on 'held'), a wait of 1 s on 'held' that times out.
+# dlock_acquire_any on 'held'), a wait of 2 s on 'held' that times out
+# (long enough that the attempt before queueing never outlasts it, which
+# would make it a refusal).
 #
 #   1. Ten such clients in sa at once, and four in sb: after they exited
 #      (their backends gone from pg_stat_activity: the exit fold ran, the
@@ -165,7 +167,7 @@ SELECT dlock_release_each(ARRAY['$n'], ARRAY[:t2]);
 SELECT dlock_acquire('held', '1 min') IS NULL;
 SELECT dlock_acquire_all(ARRAY['$n', 'held'], '1 min') IS NULL;
 SELECT count(*) FROM dlock_acquire_any(ARRAY['held'], '1 min');
-SELECT dlock_acquire('held', '1 min', '1 s') IS NULL;
+SELECT dlock_acquire('held', '1 min', '2 s') IS NULL;
 };
 }
 
@@ -470,7 +472,7 @@ SELECT dlock_acquire('held', '1 min', '100 ms');
 	my $off_after = -s $node->logfile;
 	like(
 		slurp_file($node->logfile, $off),
-		qr/server process \(PID $victim->{pid}\) was terminated by signal 9/,
+		qr/(?:server process|client backend) \(PID $victim->{pid}\) was terminated by signal 9/,
 		'the server log shows the killed backend');
 	bg_close($victim);
 
