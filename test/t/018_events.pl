@@ -756,9 +756,9 @@ sub lease_of
 	is_deeply(
 		\@lines,
 		[
-			qq{dlock: lease "lt" taken over with token $t2 | Token $t1 of owner owner "lt" expired at $exp1 without a release.},
-			qq{dlock: lease "lt" taken over with token $t3 | Token $t2 of owner $owner2 expired at $exp2 without a release.},
-			qq{dlock: lease "lt" broken by role "evops" | Token $t3 of owner owner-lt3 would have expired at $exp3.},
+			qq{dlock: lease "lt" taken over with token $t2 | Token $t1 of owner "owner "lt"" expired at $exp1 without a release.},
+			qq{dlock: lease "lt" taken over with token $t3 | Token $t2 of owner "$owner2" expired at $exp2 without a release.},
+			qq{dlock: lease "lt" broken by role "evops" | Token $t3 of owner "owner-lt3" would have expired at $exp3.},
 		],
 		'log_lease_changes takeovers: two takeovers and a break, nothing for acquire, release or purge'
 	) or diag(join("\n", @lines));
@@ -789,8 +789,8 @@ sub lease_of
 			qq{dlock: lease "la" acquired with token $t1 (a new name)},
 			qq{dlock: lease "la" with token $t1 released},
 			qq{dlock: lease "la" acquired with token $t2 after token $t1},
-			qq{dlock: lease "la" taken over with token $t3 | Token $t2 of owner owner-la expired at $exp2 without a release.},
-			qq{dlock: lease "la" broken by role "postgres" | Token $t3 of owner $owner3 would have expired at $exp3.},
+			qq{dlock: lease "la" taken over with token $t3 | Token $t2 of owner "owner-la" expired at $exp2 without a release.},
+			qq{dlock: lease "la" broken by role "postgres" | Token $t3 of owner "$owner3" would have expired at $exp3.},
 		],
 		'log_lease_changes all: acquired (new, after a token), released, taken over, broken; nothing rolled back'
 	) or diag(join("\n", @lines));
