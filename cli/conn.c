@@ -731,6 +731,27 @@ DlockResultError(const PGresult *res)
 }
 
 /*
+ * DlockRetryableError reports whether the failed result res is an error
+ * that another connection may not get: the server is read-only (25006: a
+ * hot standby, or a read-only session, as the old primary after a
+ * failover, or a standby a multi-host conninfo led to), it is shutting
+ * down or starting up (57P01, 57P02, 57P03), or the connection failed
+ * (class 08).  The caller then drops the connection and tries again on a
+ * new one, which a multi-host conninfo may lead to another server.
+ */
+bool
+DlockRetryableError(const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	if (state == NULL)
+		return false;
+	return strcmp(state, "25006") == 0 || strcmp(state, "57P01") == 0 ||
+		strcmp(state, "57P02") == 0 || strcmp(state, "57P03") == 0 ||
+		strncmp(state, "08", 2) == 0;
+}
+
+/*
  * DlockResultIsTrue reports whether a one-row boolean result is true.
  */
 bool

@@ -165,6 +165,7 @@ extern bool DlockLinkCancel(DlockLink *link, int64_t bound_ms, char *outcome,
 							size_t len);
 extern const char *DlockResultError(const PGresult *res);
 extern bool DlockResultIsTrue(const PGresult *res);
+extern bool DlockRetryableError(const PGresult *res);
 extern char *DlockSql(const char *fmt);
 extern void DlockInterval(int64_t ms, char *buf, size_t len);
 

@@ -99,11 +99,18 @@
  *     same rate) no earlier.  A renew is sent every T/3 after the last
  *     successful one.
  *   - A renew that fails (connection lost, SQL error, no answer) is
- *     retried on a fresh connection with backoff (50 ms doubling to 1 s)
- *     until the deadline.  Each attempt is abandoned after half the time
- *     that was left to the deadline when it began (at least 200 ms), so a
- *     database that hangs without closing the connection is left for a
- *     new one in time.
+ *     retried until the deadline, on a fresh connection after a lost
+ *     connection, no answer, or a read-only or departing server
+ *     (DlockRetryableError: a multi-host conninfo may lead elsewhere).
+ *     The pause after a failed attempt is the backoff (50 ms doubling to
+ *     1 s), but at most a quarter of the time then left to the deadline
+ *     (and at least 50 ms): retry_pause().  So the attempts get denser as
+ *     the deadline nears, and once less than 200 ms is left one starts
+ *     at least every 50 ms: a database that comes back shortly before the
+ *     deadline is asked in time.  Each attempt is abandoned after half the
+ *     time that was left to the deadline when it began (at least 200 ms),
+ *     so a database that hangs without closing the connection is left for
+ *     a new one in time.  The release is retried the same way.
  *   - The lease is lost when a renew returns false (broken, or expired and
  *     taken over), or when the deadline passes without a successful
  *     renew.  dlock then sends nothing more to the database (it drops the
@@ -601,7 +608,27 @@ attempt_budget(const Run *r, int64_t now)
 }
 
 /*
- * failed records a failed attempt (why) and schedules the next one.
+ * retry_pause returns how long to wait after an attempt that failed at
+ * now before the next one: the backoff (BACKOFF_MIN_MS doubling to
+ * BACKOFF_MAX_MS), but never more than a quarter of the time left to the
+ * deadline, and at least BACKOFF_MIN_MS.  So attempts get denser as the
+ * deadline nears, and no stretch at its end longer than a quarter of what
+ * is left (or BACKOFF_MIN_MS) goes without one: a database that comes back
+ * shortly before the deadline is asked in time (see the header).
+ */
+static int64_t
+retry_pause(const Run *r, int64_t now)
+{
+	int64_t		cap = (r->deadline - now) / 4;
+
+	if (cap < BACKOFF_MIN_MS)
+		cap = BACKOFF_MIN_MS;
+	return r->backoff < cap ? r->backoff : cap;
+}
+
+/*
+ * failed records a failed attempt (why) and schedules the next one
+ * (retry_pause).
  */
 static void
 failed(Run *r, int64_t now, const char *why)
@@ -616,7 +643,7 @@ failed(Run *r, int64_t now, const char *why)
 	}
 	r->failures++;
 	r->call = CALL_NONE;
-	r->retry_at = now + r->backoff;
+	r->retry_at = now + retry_pause(r, now);
 	r->backoff = r->backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : r->backoff * 2;
 }
 
@@ -867,8 +894,15 @@ handle_result(Run *r, int64_t now, PGresult *res)
 	r->call = CALL_NONE;
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 	{
-		/* an SQL error: try again (on this connection) until the deadline */
+		/*
+		 * An SQL error: try again until the deadline, on this connection,
+		 * or on a new one when this server is read-only (a standby, or the
+		 * old primary after a failover) or going away: a multi-host
+		 * conninfo may lead the new one to the server that serves now.
+		 */
 		snprintf(why, sizeof(why), "%s", DlockResultError(res));
+		if (DlockRetryableError(res))
+			DlockLinkDrop(&r->link, why);
 		failed(r, now, why);
 		return;
 	}
