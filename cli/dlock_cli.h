@@ -39,6 +39,9 @@
 									 * error, or a system call failed */
 #define DLOCK_EXIT_NOT_ACQUIRED 75	/* EX_TEMPFAIL: CMD was not started */
 #define DLOCK_EXIT_LOST			76	/* EX_PROTOCOL: the lease was lost */
+#define DLOCK_EXIT_UNCONFIRMED	79	/* run: CMD ended, but no release
+									 * confirmed the lease (no sysexits
+									 * value: none means this) */
 
 /* Defaults of the options. */
 #define DLOCK_DEFAULT_TTL_MS		30000

@@ -70,10 +70,13 @@
  *                              the lease to its end
  *               -> LOST        it has, or the lease is lost (exit 76)
  *   RELEASING   CMD is done, or will never start: release the lease.
- *               -> DONE        released; or not, but the deadline passed
- *                              (the lease has expired) or a stopping signal
- *                              came (it expires on its own); exit with
- *                              CMD's status (or why CMD never started)
+ *               -> DONE        released: exit with CMD's status (or why
+ *                              CMD never started); or not, but the
+ *                              deadline passed (the lease has expired) or a
+ *                              stopping signal came (it expires on its
+ *                              own): exit 79 if CMD ran (the lease was not
+ *                              confirmed, see below), else why CMD never
+ *                              started
  *               -> LOST        a release or renew returned false (exit 76,
  *                              or why CMD never started)
  *   STOPPING    the lease is lost while CMD runs: CMD got SIGTERM; nothing
@@ -135,9 +138,22 @@
  *     flag (backstop_fired) makes sure SIGTERM is sent once.
  *   - When CMD exits, dlock releases the lease (retrying like a renew until
  *     the deadline) and exits with CMD's status (128+N if a signal N killed
- *     it).  A release or renew that returns false after CMD exited, or a
- *     deadline found passed when dlock wakes up, means the lease may have
- *     ended while CMD ran: dlock exits 76 then too.
+ *     it) only if the release returned true: the lease is confirmed.  A
+ *     release sent after CMD exited that returns true proves that the
+ *     server serving now had the lease live with our token then, so no
+ *     other holder took it on that server while CMD ran, and the fence
+ *     there judged CMD's writes by our token.  Nothing else proves it: a
+ *     renew answered true before CMD ended (or sent before and answered
+ *     after) may have been lost with the server that answered it, in an
+ *     asynchronous failover, and the local deadline only bounds what the
+ *     server that granted the lease does.  So when the release gets no
+ *     answer before the deadline, only errors (a read-only server: the old
+ *     primary after a failover), or a stopping signal interrupts it, the
+ *     lease's fate is unknown and dlock exits 79
+ *     (DLOCK_EXIT_UNCONFIRMED), naming CMD's status on stderr, whatever
+ *     that status.  A release or renew that returns false after CMD
+ *     exited, or a deadline found passed when dlock wakes up, means the
+ *     lease may have ended while CMD ran: dlock exits 76 then.
  *   - Sets (--all, several names): one deadline for the whole set, since
  *     every renew renews all its members in one statement on the one
  *     connection (dlock_renew_each; the deadline counts from its sending,
@@ -327,6 +343,14 @@ typedef struct Run
 	int			status;
 
 	/*
+	 * A release, sent after CMD exited (RELEASING comes only then),
+	 * returned true: the server serving now had the lease live, with our
+	 * token, when CMD had ended.  Without it CMD's status is not passed on
+	 * (DLOCK_EXIT_UNCONFIRMED, see exit_status()).
+	 */
+	bool		confirmed;
+
+	/*
 	 * A stopping signal that came while no CMD runs to pass it on to.  Not
 	 * a phase but an event: received in step 3, acted upon in step 5 (after
 	 * step 4 took an answer that may already be there).
@@ -385,7 +409,10 @@ exit_status(const Run *r)
 			/* a set that lost a member while CMD ran: CMD was stopped */
 			if (r->member_lost && r->child > 0)
 				return DLOCK_EXIT_LOST;
-			/* released, or left to expire; or never acquired */
+			/* CMD ran, but no release confirmed the lease: its fate unknown */
+			if (r->child > 0 && !r->confirmed)
+				return DLOCK_EXIT_UNCONFIRMED;
+			/* released; or never acquired, or CMD never started */
 			return r->status;
 		case PH_LOST:
 			/* CMD may have run without the lease; else why it never ran */
@@ -480,6 +507,20 @@ status_text(int status)
 	else
 		snprintf(buf, sizeof(buf), "exited with status %d", status);
 	return buf;
+}
+
+/*
+ * say_unconfirmed says, when CMD ran and the run ends without a release
+ * that returned true (RELEASING -> DONE), that dlock exits
+ * DLOCK_EXIT_UNCONFIRMED instead of CMD's status, which it names.
+ */
+static void
+say_unconfirmed(const Run *r)
+{
+	if (r->child <= 0 || r->member_lost)
+		return;
+	say(r, "CMD %s, but no release confirmed that the server serving now still had the lease when CMD ended (a failover may have lost it, and the fence may have rejected CMD's writes): exiting %d instead of CMD's status",
+		status_text(r->status), DLOCK_EXIT_UNCONFIRMED);
 }
 
 /*
@@ -1003,6 +1044,7 @@ handle_result(Run *r, int64_t now, PGresult *res)
 			return;
 		}
 		succeeded(r);
+		r->confirmed = true;
 		set_phase(r, PH_DONE);
 	}
 }
@@ -1022,6 +1064,7 @@ handle_interrupt(Run *r)
 	{
 		say(r, "not released (interrupted by %s); it ends when it expires",
 			DlockSignalName(r->interrupt));
+		say_unconfirmed(r);
 		set_phase(r, PH_DONE);
 	}
 	else if (r->phase == PH_CONFIRMING || r->phase == PH_STARTING)
@@ -1185,6 +1228,7 @@ check_deadline(Run *r, int64_t now)
 		say(r, "not released: %s; %s expired by now",
 			r->link.errmsg[0] ? r->link.errmsg : "no answer in time",
 			r->nheld == 1 ? "it has" : "they have");
+		say_unconfirmed(r);
 		set_phase(r, PH_DONE);
 		return;
 	}
