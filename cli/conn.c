@@ -149,6 +149,28 @@ notice_processor(void *arg, const char *message)
 }
 
 /*
+ * DlockConnectQuiet opens a connection and waits for it (bounded by
+ * connect_timeout; libpq tries every host of a multi-host conninfo in
+ * turn, and target_session_attrs is libpq's business).  Returns the
+ * connection, or NULL with libpq's message, trimmed, in err.
+ */
+PGconn *
+DlockConnectQuiet(char *err, size_t len)
+{
+	PGconn	   *conn = PQconnectdbParams(conn_keywords, conn_values, 1);
+
+	if (PQstatus(conn) != CONNECTION_OK)
+	{
+		snprintf(err, len, "%s", conn ? PQerrorMessage(conn) : "out of memory");
+		DlockTrim(err);
+		PQfinish(conn);
+		return NULL;
+	}
+	PQsetNoticeProcessor(conn, notice_processor, NULL);
+	return conn;
+}
+
+/*
  * DlockConnectBlocking opens a connection and waits for it (bounded by
  * connect_timeout).  Returns the connection, or NULL after printing
  * libpq's message ("dlock: <message>") when it could not connect.
@@ -156,19 +178,11 @@ notice_processor(void *arg, const char *message)
 PGconn *
 DlockConnectBlocking(void)
 {
-	PGconn	   *conn = PQconnectdbParams(conn_keywords, conn_values, 1);
+	char		msg[1024];
+	PGconn	   *conn = DlockConnectQuiet(msg, sizeof(msg));
 
-	if (PQstatus(conn) != CONNECTION_OK)
-	{
-		char		msg[1024];
-
-		snprintf(msg, sizeof(msg), "%s", PQerrorMessage(conn));
-		DlockTrim(msg);
+	if (conn == NULL)
 		DlockError("%s", msg);
-		PQfinish(conn);
-		return NULL;
-	}
-	PQsetNoticeProcessor(conn, notice_processor, NULL);
 	return conn;
 }
 

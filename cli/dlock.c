@@ -18,7 +18,10 @@
  * released, and dlock exits 128+signal.  A call that gets no answer within
  * --timeout (default 30s plus --wait) is cancelled on the server too, and
  * dlock exits 69; after an acquire it cannot know whether the lease was
- * granted, and says so (such a lease ends when its ttl runs out).
+ * granted, and says so (such a lease ends when its ttl runs out).  A
+ * waiting acquire (--wait, also dlock run's) keeps trying through lost
+ * connections and read-only servers until --wait or --timeout runs out
+ * (DlockAcquireLease); its first connection may fail too.
  *
  * Every call passes its arguments as query parameters; see cli/conn.c.
  *
@@ -30,6 +33,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -612,16 +616,23 @@ parse_args(int argc, char **argv, DlockOptions *opt)
 /*
  * DlockConnectOrExit opens the connection of a one-shot command, exiting
  * 69 with libpq's message when the database cannot be reached, and then
- * catches the stopping signals (see the header).
+ * catches the stopping signals (see the header).  With keep_trying (a
+ * waiting acquire), a failed connection leaves the link down instead,
+ * for DlockAcquireLease to try again.
  */
 void
-DlockConnectOrExit(DlockLink *link)
+DlockConnectOrExit(DlockLink *link, bool keep_trying)
 {
-	PGconn	   *conn = DlockConnectBlocking();
+	char		err[1024];
+	PGconn	   *conn = DlockConnectQuiet(err, sizeof(err));
 
-	if (conn == NULL)
+	DlockLinkInit(link);
+	if (conn == NULL && !keep_trying)
+	{
+		DlockError("%s", err);
 		exit(DLOCK_EXIT_UNAVAILABLE);
-	if (!DlockLinkAdopt(link, conn))
+	}
+	if (conn != NULL && !DlockLinkAdopt(link, conn))
 	{
 		DlockError("%s", link->errmsg);
 		exit(DLOCK_EXIT_UNAVAILABLE);
@@ -745,8 +756,127 @@ release_quietly(DlockLink *link, const DlockOptions *opt, const DlockLeases *l)
 	PQclear(res);
 }
 
+/* The pauses between the attempts of a waiting acquire: 100 ms doubling */
+#define ACQUIRE_BACKOFF_MIN_MS	100
+#define ACQUIRE_BACKOFF_MAX_MS	1000
+
 /*
- * DlockAcquireLease takes what opt asks for, on an idle link, in one call:
+ * The retries of a waiting acquire (DlockAcquireLease): when the last
+ * attempt may start, when the whole acquire gives up, and what the
+ * attempts so far found.
+ */
+typedef struct AcquireRetry
+{
+	int64_t		wait_end;		/* start + --wait: no attempt starts later */
+	int64_t		give_up;		/* start + --timeout */
+	int64_t		backoff;		/* the next pause */
+	bool		reached;		/* a server took an acquire (it waited) */
+	bool		failing;		/* an attempt failed (the first one is
+								 * reported) */
+	bool		orphan_noted;	/* the message about a lost grant was given */
+	char		lasterr[1024];	/* the last attempt's failure */
+} AcquireRetry;
+
+/*
+ * acquire_pause waits until the time until (of DlockNow()), or returns at
+ * once when until has passed, unless a stopping signal (SIGHUP, SIGINT,
+ * SIGQUIT, SIGTERM) has come or comes first: then it returns that signal's
+ * number; else 0.  Other signals are read and ignored, as DlockLinkExec
+ * does during the call.
+ */
+static int
+acquire_pause(int64_t until)
+{
+	for (;;)
+	{
+		struct pollfd pfd;
+		int64_t		left;
+		int			s,
+					code;
+
+		while (DlockSignalNext(&s, &code))
+			if (s == SIGINT || s == SIGTERM || s == SIGHUP || s == SIGQUIT)
+				return s;
+		left = until - DlockNow();
+		if (left <= 0)
+			return 0;
+		pfd.fd = DlockSignalFd();
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		(void) poll(&pfd, 1, left > 60000 ? 60000 : (int) left);
+	}
+}
+
+/*
+ * acquire_failed records a failed attempt of a waiting acquire (err: why;
+ * orphan: a call the server had taken lost its connection, so the server
+ * may have granted the lease without dlock learning its token) and waits
+ * for the next one.  Returns 0 to try again; or, when --wait or --timeout
+ * has run out, the exit status after saying why: 75 when a server took
+ * one of the acquires (the lease was held then), 69 when none did; or
+ * 128+signal when a stopping signal came.
+ */
+static int
+acquire_failed(AcquireRetry *st, const DlockOptions *opt, const char *wanted,
+			   const char *err, bool orphan)
+{
+	int64_t		now = DlockNow();
+	int64_t		until;
+	char		left[32];
+	char		ttl[32];
+	char		waited[32];
+	int			s;
+
+	snprintf(st->lasterr, sizeof(st->lasterr), "%s", err);
+	DlockFormatDuration(opt->ttl_ms, ttl, sizeof(ttl));
+	if (!st->failing)
+	{
+		DlockFormatDuration(st->wait_end > now ? st->wait_end - now : 0, left, sizeof(left));
+		DlockError("could not acquire %s: %s; trying again until --wait runs out (%s left)",
+				   wanted, err, left);
+	}
+	if (orphan && !st->orphan_noted)
+	{
+		DlockError("the lost call may have been granted %s without dlock learning %s: %s then %s when %s ttl (%s) runs out, and the next acquire waits for %s",
+				   opt->all ? "the leases" : "the lease",
+				   opt->all ? "their tokens" : "its token",
+				   opt->all ? "they" : "it", opt->all ? "end" : "ends",
+				   opt->all ? "their" : "its", ttl, opt->all ? "them" : "it");
+		st->orphan_noted = true;
+	}
+	st->failing = true;
+	until = now + st->backoff;
+	if (until > st->wait_end)
+		until = st->wait_end;
+	if (now >= st->wait_end || until >= st->give_up)
+	{
+		DlockFormatDuration(opt->wait_ms, waited, sizeof(waited));
+		if (st->reached)
+		{
+			DlockError("not acquired: --wait (%s) ran out while the database could not be used (last error: %s); %s held when last asked",
+					   waited, st->lasterr, wanted);
+			return DLOCK_EXIT_NOT_ACQUIRED;
+		}
+		if (now < st->wait_end)
+			DlockFormatDuration(opt->timeout_ms, waited, sizeof(waited));
+		DlockError("could not acquire %s: no usable database within --%s (%s); last error: %s",
+				   wanted, now >= st->wait_end ? "wait" : "timeout", waited,
+				   st->lasterr);
+		return DLOCK_EXIT_UNAVAILABLE;
+	}
+	st->backoff = st->backoff * 2 > ACQUIRE_BACKOFF_MAX_MS ?
+		ACQUIRE_BACKOFF_MAX_MS : st->backoff * 2;
+	s = acquire_pause(until);
+	if (s != 0)
+	{
+		DlockError("interrupted by %s while acquiring %s", DlockSignalName(s), wanted);
+		return 128 + s;
+	}
+	return 0;
+}
+
+/*
+ * DlockAcquireLease takes what opt asks for in one call:
  * dlock_acquire(NAME, --ttl, --wait, owner), with --all
  * dlock_acquire_all(the names, ...), with --slots dlock_acquire_any(the
  * permits, ...).  Returns 0 with the leases in *l (set up by
@@ -755,6 +885,21 @@ release_quietly(DlockLink *link, const DlockOptions *opt, const DlockLeases *l)
  * names; for --slots, every permit); 69 or 70 on failure (reported; 69
  * also when no answer came within --timeout); 128+signal when a signal
  * interrupted it (leases granted meanwhile are released again).
+ *
+ * Without --wait the link must be idle and there is one call.  A waiting
+ * acquire (--wait) keeps trying when the database cannot be used: the
+ * link is down (the caller's first connection failed), the connection is
+ * lost during the call, or the server is read-only or going away
+ * (DlockRetryableError): it reconnects (each connection bounded by
+ * connect_timeout, through every host of the conninfo) and calls again
+ * with the wait that is left, pausing 100 ms doubling to 1 s between
+ * attempts, until --wait runs out (one last attempt then, without
+ * waiting) or --timeout, counted from the start, does.  A call whose
+ * connection was lost may have been granted on the server: that lease
+ * keeps a token dlock never learns and ends with its ttl; the next call
+ * gets a new token, so nothing ever acts on the lost one.  On giving up
+ * it returns 75 when a server took one of the calls (the lease was held
+ * then), 69 when none did; the link is then down, and the message given.
  */
 int
 DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
@@ -771,9 +916,11 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 	char		what[1200];
 	char		unknown[300];
 	char		ttlfmt[32];
+	bool		keep_trying = opt->wait_ms > 0;
+	AcquireRetry st;
+	int			rc;
 
 	DlockInterval(opt->ttl_ms, ttl, sizeof(ttl));
-	DlockInterval(opt->wait_ms, wait, sizeof(wait));
 	values[0] = l->want_array ? l->want_array : opt->name;
 	values[1] = ttl;
 	values[2] = wait;
@@ -784,6 +931,7 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 		sql = "SELECT lock_name, token FROM @extschema@.dlock_acquire_any($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
 	else
 		sql = "SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
+	sql = DlockSql(sql);
 	dlock_needs_1_2 = l->want_array ? "--all and --slots" : NULL;
 	DlockLeasesWanted(l, opt, wanted, sizeof(wanted));
 	snprintf(what, sizeof(what), "could not acquire %s", wanted);
@@ -794,31 +942,105 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 			 opt->all ? "they" : "it", opt->all ? "end" : "ends",
 			 opt->all ? "their" : "its", ttlfmt);
 
+	memset(&st, 0, sizeof(st));
 	*sent_at = DlockNow();
-	res = DlockLinkExec(link, DlockSql(sql), 4, values, opt->timeout_ms, &signo);
-	*answered_at = DlockNow();
-	if (signo && res == NULL && link->timed_out)
-		DlockError("interrupted by %s while acquiring %s; %s, so %s",
-				   DlockSignalName(signo), wanted, link->errmsg, unknown);
-	else if (signo)
-		DlockError("interrupted by %s while acquiring %s", DlockSignalName(signo), wanted);
-	if (res == NULL)
+	st.wait_end = *sent_at + opt->wait_ms;
+	st.give_up = *sent_at + opt->timeout_ms;
+	st.backoff = ACQUIRE_BACKOFF_MIN_MS;
+	for (;;)
 	{
-		if (signo)
-			return 128 + signo;
-		return DlockCallFailed(link, NULL, what, unknown);
-	}
-	if (PQresultStatus(res) != PGRES_TUPLES_OK)
-	{
-		int			rc;
+		int64_t		wait_left;
 
-		state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-		if (signo && state && strcmp(state, "57014") == 0)
-			rc = 128 + signo;
-		else
-			rc = DlockCallFailed(link, res, what, NULL);
-		PQclear(res);
-		return rc;
+		if (link->state != DLOCK_LINK_IDLE)
+		{
+			char		err[1024];
+			PGconn	   *conn = DlockConnectQuiet(err, sizeof(err));
+			int			s = acquire_pause(0);	/* a signal meanwhile? */
+
+			if (conn != NULL && !DlockLinkAdopt(link, conn))
+			{
+				snprintf(err, sizeof(err), "%s", link->errmsg);
+				conn = NULL;
+			}
+			if (s != 0)
+			{
+				DlockLinkDrop(link, NULL);
+				DlockError("interrupted by %s while acquiring %s", DlockSignalName(s), wanted);
+				return 128 + s;
+			}
+			if (conn == NULL)
+			{
+				if ((rc = acquire_failed(&st, opt, wanted, err, false)) != 0)
+					return rc;
+				continue;
+			}
+		}
+
+		/* the wait that is left (none for the last attempt) */
+		wait_left = st.wait_end - DlockNow();
+		DlockInterval(wait_left > 0 ? wait_left : 0, wait, sizeof(wait));
+		*sent_at = DlockNow();
+		if (st.failing && *sent_at >= st.give_up)
+		{
+			/* a slow reconnect used up --timeout */
+			DlockLinkDrop(link, NULL);
+			if ((rc = acquire_failed(&st, opt, wanted, "--timeout ran out while reconnecting", false)) != 0)
+				return rc;
+			continue;
+		}
+		res = DlockLinkExec(link, sql, 4, values,
+							st.failing ? st.give_up - *sent_at : opt->timeout_ms,
+							&signo);
+		*answered_at = DlockNow();
+		if (signo && res == NULL && link->timed_out)
+			DlockError("interrupted by %s while acquiring %s; %s, so %s",
+					   DlockSignalName(signo), wanted, link->errmsg, unknown);
+		else if (signo)
+			DlockError("interrupted by %s while acquiring %s", DlockSignalName(signo), wanted);
+		if (res == NULL)
+		{
+			char		err[1100];
+
+			if (signo)
+				return 128 + signo;
+			if (link->timed_out || !keep_trying)
+				return DlockCallFailed(link, NULL, what, unknown);
+			/* lost during the call: a server had taken it */
+			st.reached = true;
+			snprintf(err, sizeof(err), "lost the connection to the database: %s", link->errmsg);
+			if ((rc = acquire_failed(&st, opt, wanted, err, true)) != 0)
+				return rc;
+			continue;
+		}
+		if (PQresultStatus(res) != PGRES_TUPLES_OK)
+		{
+			state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+			if (signo && state && strcmp(state, "57014") == 0)
+				rc = 128 + signo;
+			else if (keep_trying && !signo && DlockRetryableError(res))
+			{
+				char		err[2048];
+
+				/*
+				 * Read-only, or going away: try another connection.  A
+				 * backend terminated during the call (57P01, 57P02) had
+				 * taken it; its transaction is rolled back.
+				 */
+				if (state && strncmp(state, "57P0", 4) == 0 && strcmp(state, "57P03") != 0)
+					st.reached = true;
+				snprintf(err, sizeof(err), "%s", DlockResultError(res));
+				PQclear(res);
+				DlockLinkDrop(link, NULL);
+				if ((rc = acquire_failed(&st, opt, wanted, err, false)) != 0)
+					return rc;
+				continue;
+			}
+			else
+				rc = DlockCallFailed(link, res, what, NULL);
+			PQclear(res);
+			return rc;
+		}
+		break;
 	}
 	/* not acquired: NULL, or no row (dlock_acquire_any) */
 	if (PQntuples(res) == 0 || (PQntuples(res) == 1 && PQgetisnull(res, 0, 0)))
@@ -959,11 +1181,12 @@ cmd_acquire(const DlockOptions *opt)
 		snprintf(owner, sizeof(owner), "dlock acquire %s ppid %d",
 				 DlockHostname(), (int) getppid());
 	DlockLeasesInit(&leases, opt);
-	DlockConnectOrExit(&link);
+	DlockConnectOrExit(&link, opt->wait_ms > 0);
 	/* a reader gone from stdout must not kill dlock before it can release */
 	DlockSignalIgnore(SIGPIPE);
 	rc = DlockAcquireLease(&link, opt, owner, &leases, &sent_at, &answered_at);
-	if (rc == DLOCK_EXIT_NOT_ACQUIRED)
+	/* (not idle: DlockAcquireLease said why when it gave up) */
+	if (rc == DLOCK_EXIT_NOT_ACQUIRED && link.state == DLOCK_LINK_IDLE)
 	{
 		char		holder[4096];
 
@@ -1019,7 +1242,7 @@ bool_call(const DlockOptions *opt, const char *sql, int nparams, const char *wha
 	values[2] = ttl;
 	snprintf(whatname, sizeof(whatname), "could not %s \"%s\"", what, opt->name);
 	snprintf(why, sizeof(why), "while trying to %s \"%s\"", what, opt->name);
-	DlockConnectOrExit(&link);
+	DlockConnectOrExit(&link, false);
 	res = DlockLinkExec(&link, DlockSql(sql), nparams, values, opt->timeout_ms, &signo);
 	if (DlockInterrupted(&link, res, signo, why))
 		rc = 128 + signo;

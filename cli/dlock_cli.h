@@ -151,6 +151,7 @@ extern void DlockSignalsRestoreInChild(void);
 
 /* conn.c */
 extern void DlockConnInit(const DlockOptions *opt);
+extern PGconn *DlockConnectQuiet(char *err, size_t len);
 extern PGconn *DlockConnectBlocking(void);
 extern void DlockLinkInit(DlockLink *link);
 extern bool DlockLinkAdopt(DlockLink *link, PGconn *conn);
@@ -186,7 +187,7 @@ extern bool DlockLeasesSetEnv(const DlockLeases *l);
 
 /* dlock.c */
 extern const char *dlock_needs_1_2;
-extern void DlockConnectOrExit(DlockLink *link);
+extern void DlockConnectOrExit(DlockLink *link, bool keep_trying);
 extern int	DlockCallFailed(DlockLink *link, const PGresult *res,
 							const char *what, const char *unknown);
 extern bool DlockInterrupted(const DlockLink *link, const PGresult *res,

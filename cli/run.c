@@ -42,6 +42,11 @@
  *               call (cli/dlock.c, waiting with DlockLinkExec() of
  *               cli/conn.c), bounded by --timeout: if it gets no answer in
  *               time, it is cancelled on the server and dlock exits 69.
+ *               With --wait it keeps trying when the database cannot be
+ *               used (no connection, a connection lost during the call, a
+ *               read-only server): it reconnects and calls again with the
+ *               wait that is left, until --wait or --timeout runs out
+ *               (then 75, or 69 when no server ever took the call).
  *               --timeout does not apply to the renews and the release,
  *               which the lease's deadline bounds (see below).
  *               -> CONFIRMING  granted, but after a wait so long that the
@@ -1288,6 +1293,7 @@ DlockRun(const DlockOptions *opt)
 	char		owner[512];
 	int64_t		answered_at;
 	char		held[1024];
+	char		err[1024];
 	static const int forwarded[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
 	size_t		i;
 
@@ -1305,12 +1311,19 @@ DlockRun(const DlockOptions *opt)
 		snprintf(owner, sizeof(owner), "dlock run %s pid %d", DlockHostname(),
 				 (int) getpid());
 
-	/* connect before catching signals: a Ctrl-C now just ends dlock */
+	/*
+	 * Connect before catching signals: a Ctrl-C now just ends dlock.  A
+	 * waiting run whose first connection fails goes on with the link down:
+	 * DlockAcquireLease keeps trying until --wait runs out.
+	 */
 	DlockLinkInit(&r.link);
-	conn = DlockConnectBlocking();
-	if (conn == NULL)
+	conn = DlockConnectQuiet(err, sizeof(err));
+	if (conn == NULL && opt->wait_ms == 0)
+	{
+		DlockError("%s", err);
 		r.status = DLOCK_EXIT_UNAVAILABLE;
-	else if (!DlockLinkAdopt(&r.link, conn))
+	}
+	else if (conn != NULL && !DlockLinkAdopt(&r.link, conn))
 	{
 		DlockError("%s", r.link.errmsg);
 		r.status = DLOCK_EXIT_UNAVAILABLE;
@@ -1327,7 +1340,9 @@ DlockRun(const DlockOptions *opt)
 
 		r.status = DlockAcquireLease(&r.link, opt, owner, &r.leases,
 									 &r.sent_at, &answered_at);
-		if (r.status == DLOCK_EXIT_NOT_ACQUIRED)
+		/* (not idle: DlockAcquireLease said why when it gave up) */
+		if (r.status == DLOCK_EXIT_NOT_ACQUIRED &&
+			r.link.state == DLOCK_LINK_IDLE)
 		{
 			char		holder[4096];
 

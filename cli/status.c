@@ -462,7 +462,7 @@ status_query(DlockLink *link, const DlockOptions *opt, const char *sql,
 	const char *encoding;
 	int			rc = DLOCK_EXIT_OK;
 
-	DlockConnectOrExit(link);
+	DlockConnectOrExit(link, false);
 	encoding = PQparameterStatus(link->conn, "server_encoding");
 	if (opt->json && encoding && strcmp(encoding, "SQL_ASCII") == 0)
 	{
