@@ -1,5 +1,5 @@
 # test/perl/DlockCli.pm: helpers for the Perl TAP tests of the dlock
-# command-line tool (test/t/02*_cli_*.pl).
+# command-line tool (test/t/0[23]*_cli_*.pl).
 #
 # The tests drive the checkout's binary, never an installed one: the path
 # comes from DLOCK_CLI (test/run-tests sets it to cli/dlock of the

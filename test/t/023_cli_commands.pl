@@ -190,7 +190,7 @@ for my $word (
 {
 	ok(index($h->{stdout}, $word) >= 0, "--help mentions $word");
 }
-for my $status (0, 1, 64, 69, 70, 75, 76, '128+S')
+for my $status (0, 1, 64, 69, 70, 75, 76, 79, '128+S')
 {
 	like($h->{stdout}, qr/^  \Q$status\E\s/m, "--help documents exit status $status");
 }

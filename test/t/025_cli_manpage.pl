@@ -167,7 +167,7 @@ for my $c (@commands)
 }
 ok($help_usage{$_}, "--help's usage shows $_") for qw(--help --version);
 ok($help_options{$_}, "--help lists the option $_") for @options;
-ok($help_status{$_}, "--help lists the exit status $_") for qw(0 1 64 69 70 75 76);
+ok($help_status{$_}, "--help lists the exit status $_") for qw(0 1 64 69 70 75 76 79);
 
 same_set('commands', \%help_commands, \%man_commands);
 same_set('commands and options of the usage (SYNOPSIS)', \%help_usage, \%man_usage);
