@@ -113,9 +113,10 @@
  *     The pause after a failed attempt is the backoff (50 ms doubling to
  *     1 s), but at most a quarter of the time then left to the deadline
  *     (and at least 50 ms): retry_pause().  So the attempts get denser as
- *     the deadline nears, and once less than 200 ms is left one starts
- *     at least every 50 ms: a database that comes back shortly before the
- *     deadline is asked in time.  Each attempt is abandoned after half the
+ *     the deadline nears: an attempt that fails at once with L ms left is
+ *     followed by the next with at least 3L/4 left, and in the last 200
+ *     ms the pause is 50 ms.  A database that comes back shortly before
+ *     the deadline is asked in time.  Each attempt is abandoned after half the
  *     time that was left to the deadline when it began (at least 200 ms),
  *     so a database that hangs without closing the connection is left for
  *     a new one in time.  The release is retried the same way.

@@ -56,17 +56,25 @@ sub sql { return $node->safe_psql('postgres', $_[0]); }
 sub hold { return sql("SELECT dlock_acquire('$_[0]', '1 min')"); }
 sub release { return sql("SELECT dlock_release('$_[0]', $_[1])"); }
 
-# waiting_pid($app) waits until a session named $app runs the acquire, and
-# returns its pid ('' if none did in time).  With $not, a session other
-# than pid $not.
+# waiting_pid($h, $app) waits until a session named $app runs the acquire
+# of dlock $h, and returns its pid; '' if none did in time, or dlock
+# exited first.  With $not, a session other than pid $not.  The server
+# may be down or restarting meanwhile.
 sub waiting_pid
 {
-	my ($app, $not) = @_;
+	my ($h, $app, $not) = @_;
 	my $cond = "application_name = '$app' AND state = 'active' AND query LIKE '%dlock_acquire%'"
 	  . (defined $not ? " AND pid <> $not" : '');
-	return ''
-	  unless $node->poll_query_until('postgres', "SELECT count(*) = 1 FROM pg_stat_activity WHERE $cond");
-	return sql("SELECT pid FROM pg_stat_activity WHERE $cond");
+	my $end = Time::HiRes::time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (Time::HiRes::time() < $end && process_alive($h->{pid}))
+	{
+		my $out = '';
+		$node->psql('postgres', "SELECT pid FROM pg_stat_activity WHERE $cond",
+			stdout => \$out);
+		return $out if $out =~ /^\d+$/;
+		Time::HiRes::sleep(0.1);
+	}
+	return '';
 }
 
 # job($tag) writes a CMD that records its token in $dir/$tag.token.
@@ -80,10 +88,10 @@ sub job
 my $t = hold('w-term');
 my $h = dlock_start([ 'run', '-d', "$conn application_name=w-term", '--wait', '30s',
 	'w-term', '--', job('term') ]);
-my $pid = waiting_pid('w-term');
+my $pid = waiting_pid($h, 'w-term');
 like($pid, qr/^\d+$/, 'terminated backend: dlock waits');
 sql("SELECT pg_terminate_backend($pid)");
-my $pid2 = waiting_pid('w-term', $pid);
+my $pid2 = waiting_pid($h, 'w-term', $pid);
 like($pid2, qr/^\d+$/, 'terminated backend: dlock reconnected and waits again');
 is(release('w-term', $t), 't', 'terminated backend: the holder releases');
 is(dlock_wait($h), 0, 'terminated backend: dlock got the lease and ran CMD (exit 0)');
@@ -100,10 +108,10 @@ like($h->{stderr}, qr/could not acquire "w-term": (?:lost the connection to the 
 $t = hold('w-kill');
 $h = dlock_start([ 'run', '-d', "$conn application_name=w-kill", '--wait', '40s',
 	'w-kill', '--', job('kill') ]);
-$pid = waiting_pid('w-kill');
+$pid = waiting_pid($h, 'w-kill');
 like($pid, qr/^\d+$/, 'killed backend: dlock waits');
 kill 'KILL', $pid;
-like(waiting_pid('w-kill'), qr/^\d+$/, 'killed backend: after the crash restart, dlock waits again');
+like(waiting_pid($h, 'w-kill', $pid), qr/^\d+$/, 'killed backend: after the crash restart, dlock waits again');
 is(release('w-kill', $t), 't', "killed backend: the holder's lease survived the crash; it releases");
 is(dlock_wait($h), 0, 'killed backend: dlock got the lease and ran CMD (exit 0)');
 like($h->{stderr}, qr/could not acquire "w-kill": lost the connection to the database: .*; trying again until --wait runs out/s,
@@ -117,7 +125,7 @@ for my $case ('restart', 'outage')
 	$t = hold("w-$case");
 	$h = dlock_start([ 'run', '-d', "$conn application_name=w-$case", '--wait', '40s',
 		"w-$case", '--', job($case) ]);
-	$pid = waiting_pid("w-$case");
+	$pid = waiting_pid($h, "w-$case");
 	like($pid, qr/^\d+$/, "$case: dlock waits");
 	if ($case eq 'restart')
 	{
@@ -130,7 +138,7 @@ for my $case ('restart', 'outage')
 		ok(process_alive($h->{pid}), 'outage: dlock is still waiting while the server is down');
 		$node->start;
 	}
-	like(waiting_pid("w-$case"), qr/^\d+$/, "$case: dlock reconnected and waits again");
+	like(waiting_pid($h, "w-$case"), qr/^\d+$/, "$case: dlock reconnected and waits again");
 	is(release("w-$case", $t), 't', "$case: the holder's lease survived; it releases");
 	is(dlock_wait($h), 0, "$case: dlock got the lease and ran CMD (exit 0)");
 	$tok = slurp("$dir/$case.token") =~ s/\n//r;
@@ -141,7 +149,7 @@ for my $case ('restart', 'outage')
 $t = hold('w-down');
 $h = dlock_start([ 'run', '-d', "$conn application_name=w-down", '--wait', '4s',
 	'w-down', '--', job('down') ]);
-like(waiting_pid('w-down'), qr/^\d+$/, 'down past --wait: dlock waits');
+like(waiting_pid($h, 'w-down'), qr/^\d+$/, 'down past --wait: dlock waits');
 $node->stop('fast');
 is(dlock_wait($h, 60), 75, 'down past --wait: exit 75 (the lease was held when last asked)');
 cmp_ok($h->{elapsed}, '>=', 3.9, 'down past --wait: not before --wait ran out');
