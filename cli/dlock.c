@@ -858,10 +858,7 @@ acquire_failed(AcquireRetry *st, const DlockOptions *opt, const char *wanted,
 		st->orphan_noted = true;
 	}
 	st->failing = true;
-	until = now + st->backoff;
-	if (until > st->wait_end)
-		until = st->wait_end;
-	if (now >= st->wait_end || until >= st->give_up)
+	if (now >= st->wait_end || now >= st->give_up)
 	{
 		DlockFormatDuration(opt->wait_ms, waited, sizeof(waited));
 		if (st->reached)
@@ -877,6 +874,11 @@ acquire_failed(AcquireRetry *st, const DlockOptions *opt, const char *wanted,
 				   st->lasterr);
 		return DLOCK_EXIT_UNAVAILABLE;
 	}
+	until = now + st->backoff;
+	if (until > st->wait_end)
+		until = st->wait_end;
+	if (until > st->give_up)
+		until = st->give_up;
 	st->backoff = st->backoff * 2 > ACQUIRE_BACKOFF_MAX_MS ?
 		ACQUIRE_BACKOFF_MAX_MS : st->backoff * 2;
 	s = acquire_pause(until);
