@@ -43,6 +43,8 @@ use DlockCli;
 
 my $node = PostgreSQL::Test::Cluster->new('dlock_cli_wait_retry');
 $node->init;
+# part 1b kills a backend: the server must restart (the test modules' default is off)
+$node->append_conf('postgresql.conf', 'restart_after_crash = on');
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE ROLE ro LOGIN');
 my $conn = $node->connstr('postgres');
@@ -69,8 +71,11 @@ sub waiting_pid
 	while (Time::HiRes::time() < $end && process_alive($h->{pid}))
 	{
 		my $out = '';
-		$node->psql('postgres', "SELECT pid FROM pg_stat_activity WHERE $cond",
-			stdout => \$out);
+		# (psql may exit before it has read the query: the server is down)
+		eval {
+			$node->psql('postgres', "SELECT pid FROM pg_stat_activity WHERE $cond",
+				stdout => \$out);
+		};
 		return $out if $out =~ /^\d+$/;
 		Time::HiRes::sleep(0.1);
 	}
