@@ -13,6 +13,7 @@
 #      dlock gets the lease and runs CMD (exit 0).
 #      The same when the backend is killed (SIGKILL, a crash restart):
 #      dlock also says that the lost call may have been granted.
+#      The same for a set (dlock acquire --all --wait).
 #   2. The same through a server restart (fast mode), and through an
 #      outage of about three seconds (stop, sleep, start) during the wait.
 #   3. The server stops during the wait and stays down past --wait 4s:
@@ -123,6 +124,20 @@ like($h->{stderr}, qr/could not acquire "w-kill": lost the connection to the dat
 	'killed backend: dlock says it lost the connection and tries again');
 like($h->{stderr}, qr/the lost call may have been granted the lease without dlock learning its token: it then ends when its ttl \(30s\) runs out, and the next acquire waits for it/,
 	'killed backend: and what a lost grant becomes');
+
+# 1c. The same for a set: dlock acquire --all --wait, a member held.
+$t = hold('w-set-b');
+$h = dlock_start([ '-d', "$conn application_name=w-set", 'acquire', '--all', '--wait', '30s',
+	'w-set-a', 'w-set-b' ]);
+$pid = waiting_pid($h, 'w-set');
+like($pid, qr/^\d+$/, 'set: dlock acquire --all waits');
+sql("SELECT pg_terminate_backend($pid)");
+like(waiting_pid($h, 'w-set', $pid), qr/^\d+$/, 'set: dlock reconnected and waits again');
+is(release('w-set-b', $t), 't', 'set: the holder releases');
+is(dlock_wait($h), 0, 'set: dlock acquire --all got both (exit 0)');
+like($h->{stdout}, qr/^\d+ w-set-a\n\d+ w-set-b\n\z/, 'set: and printed both tokens');
+like($h->{stderr}, qr/the lost call may have been granted the leases without dlock learning their tokens: they then end when their ttl \(30s\) runs out, and the next acquire waits for them/,
+	'set: what lost grants become');
 
 # 2. A restart, and an outage of about three seconds, during the wait.
 for my $case ('restart', 'outage')
