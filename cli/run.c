@@ -116,10 +116,10 @@
  *     the deadline nears: an attempt that fails at once with L ms left is
  *     followed by the next with at least 3L/4 left, and in the last 200
  *     ms the pause is 50 ms.  A database that comes back shortly before
- *     the deadline is asked in time.  Each attempt is abandoned after half the
- *     time that was left to the deadline when it began (at least 200 ms),
- *     so a database that hangs without closing the connection is left for
- *     a new one in time.  The release is retried the same way.
+ *     the deadline is asked in time.  Each attempt is abandoned after
+ *     half the time that was left to the deadline when it began (at least
+ *     200 ms), so a database that hangs without closing the connection is
+ *     left for a new one in time.  The release is retried the same way.
  *   - The lease is lost when a renew returns false (broken, or expired and
  *     taken over), or when the deadline passes without a successful
  *     renew.  dlock then sends nothing more to the database (it drops the
