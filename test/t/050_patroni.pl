@@ -110,11 +110,11 @@ use Time::HiRes qw(time sleep);
 use Time::Local qw(timegm);
 
 # TODO(issue 16): the exit status of `dlock run` when CMD ended but no
-# release or renew confirmed the lease ("lease fate unknown").  Branch
-# run16 defines it as DLOCK_EXIT_UNCONFIRMED (79) in cli/dlock_cli.h, not
-# yet in docs/cli.md; check this value against docs/cli.md once run16 is
-# merged.  It is accepted only when the dlock under test documents it in
-# its --help.
+# release confirmed the lease ("lease fate unknown"): 79 on branch run16
+# (DLOCK_EXIT_UNCONFIRMED in cli/dlock_cli.h, docs/cli.md "Exit statuses"),
+# not yet on main.  It is accepted only when the dlock under test lists it
+# in its --help; once run16 is merged, check it against docs/cli.md and
+# drop this TODO and the one of check 6.
 my $EXIT_UNCONFIRMED = 79;
 
 my $patroni_bin = '/usr/bin/patroni';
