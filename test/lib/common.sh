@@ -25,26 +25,31 @@ PGXS_DIR=
 
 # The Debian packages the two commands need.  Debian's PostgreSQL 15 is
 # always there: it is the default server, and the pg_upgrade test upgrades
-# from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl.
+# from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl,
+# patroni and etcd-server for test/t/050_patroni.pl.
 DLOCK_PACKAGES=(
     make gcc
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
-    pgbouncer prometheus-postgres-exporter
+    pgbouncer prometheus-postgres-exporter patroni etcd-server
 )
 
 # Packages whose installation starts a system service the tests neither
-# use nor want: prometheus-postgres-exporter's would listen on :9187 and
-# connect to the machine's default cluster (the test starts its own
-# exporter).  dlock_ensure_packages stops and disables the service right
-# after it installed the package; a package that was already installed
-# is left as its administrator set it up.
-DLOCK_QUIET_SERVICES=(prometheus-postgres-exporter)
+# use nor want, as PACKAGE or PACKAGE:SERVICE when the service has another
+# name: prometheus-postgres-exporter's would listen on :9187 and connect to
+# the machine's default cluster (the test starts its own exporter);
+# patroni's would run /etc/patroni's configuration; etcd-server's (etcd)
+# would listen on :2379 and :2380 (test/t/050_patroni.pl and the bench
+# start their own etcd).  dlock_ensure_packages stops and disables the
+# service right after it installed the package; a package that was
+# already installed is left as its administrator set it up.
+DLOCK_QUIET_SERVICES=(prometheus-postgres-exporter patroni etcd-server:etcd)
 
 # What make bench needs besides (bench/run): libpq's headers for its
-# clients, and etcd's server and client for the comparison of dlock run
-# with etcdctl lock (bench/workloads/90-etcd.sh).
-DLOCK_BENCH_PACKAGES=(libpq-dev etcd-server etcd-client)
+# clients, and etcd's client for the comparison of dlock run with etcdctl
+# lock (bench/workloads/90-etcd.sh; its server, etcd-server, is in
+# DLOCK_PACKAGES).
+DLOCK_BENCH_PACKAGES=(libpq-dev etcd-client)
 
 dlock_say() { printf '%s\n' "$*"; }
 dlock_die() { printf 'dlock: %s\n' "$*" >&2; exit 1; }
@@ -66,7 +71,7 @@ dlock_ensure_packages() {
     apt-get install -y -q "${missing[@]}" </dev/null || dlock_die "apt-get install failed"
     local svc
     for svc in "${DLOCK_QUIET_SERVICES[@]}"; do
-        case " ${missing[*]} " in *" $svc "*) dlock_quiet_service "$svc" ;; esac
+        case " ${missing[*]} " in *" ${svc%%:*} "*) dlock_quiet_service "${svc#*:}" ;; esac
     done
 }
 
