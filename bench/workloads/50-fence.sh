@@ -20,27 +20,10 @@ bench_say "R3: single-row UPDATEs on $rows fenced rows, 8 clients ($BENCH_TP_RUN
 bench_database dlock_fence
 bench_sql -f "$DLOCK_TOP/bench/plpgsql_fence.sql" >/dev/null
 
-# The table, one lease per row (acquired with dlock_acquire, committed every
-# 1000 rows: each new name keeps a lock until its transaction ends), and
-# each row carrying its lease's current token, as its writer would.
+# The table, one lease per row, each row carrying its lease's current token
+# (bench_fenced_table).
+bench_fenced_table "$rows"
 bench_sql >/dev/null <<SQL
-CREATE TABLE acct (
-    id          int PRIMARY KEY,
-    bal         bigint NOT NULL DEFAULT 0,
-    fence_token bigint
-);
-INSERT INTO acct (id) SELECT i FROM generate_series(1, $rows) i;
-DO \$\$
-BEGIN
-    FOR b IN 0 .. ($rows - 1) / 1000 LOOP
-        PERFORM dlock_acquire('acct:' || i, '12 hours')
-           FROM generate_series(b * 1000 + 1, least(b * 1000 + 1000, $rows)) i;
-        COMMIT;
-    END LOOP;
-END
-\$\$;
-UPDATE acct a SET fence_token = l.token
-  FROM dlock_leases l WHERE l.lock_name = 'acct:' || a.id;
 ALTER TABLE acct SET (autovacuum_enabled = off);
 VACUUM ANALYZE acct;
 VACUUM ANALYZE dlock_lease;

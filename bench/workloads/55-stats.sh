@@ -25,23 +25,9 @@ SELECT 'r:' || i, nextval('dlock_token_seq'), 'bench', 'postgres'::regrole,
        now(), now(), now(), true
   FROM generate_series(1, $names) i;
 INSERT INTO bench_ref SELECT 'r:' || i, 0 FROM generate_series(1, $names) i;
-CREATE TABLE acct (
-    id          int PRIMARY KEY,
-    bal         bigint NOT NULL DEFAULT 0,
-    fence_token bigint
-);
-INSERT INTO acct (id) SELECT i FROM generate_series(1, $rows) i;
-DO \$\$
-BEGIN
-    FOR b IN 0 .. ($rows - 1) / 1000 LOOP
-        PERFORM dlock_acquire('acct:' || i, '12 hours')
-           FROM generate_series(b * 1000 + 1, least(b * 1000 + 1000, $rows)) i;
-        COMMIT;
-    END LOOP;
-END
-\$\$;
-UPDATE acct a SET fence_token = l.token
-  FROM dlock_leases l WHERE l.lock_name = 'acct:' || a.id;
+SQL
+bench_fenced_table "$rows"
+bench_sql >/dev/null <<SQL
 CREATE TRIGGER fence_dlock BEFORE INSERT OR UPDATE ON acct
     FOR EACH ROW EXECUTE FUNCTION dlock_fence('acct:{id}', 'fence_token');
 UPDATE acct SET fence_token = fence_token;
