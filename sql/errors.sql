@@ -65,6 +65,21 @@ SELECT dlock_acquire('errors:x', '1 month');
 \echo :LAST_ERROR_SQLSTATE
 SELECT dlock_acquire('errors:x', '100000 years');
 \echo :LAST_ERROR_SQLSTATE
+-- the limit bounds the lease actually made: an interval that mixes months
+-- and days is applied with the calendar, as the expiry is ('12 mon -359
+-- days' is one day as an interval, but six or seven days from any date)
+SELECT dlock_acquire('errors:x', '12 mon -359 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_acquire('errors:x', '1000000 mon -29999999 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_renew('errors:held', 1, '12 mon -359 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_acquire_all(ARRAY['errors:x'], '12 mon -359 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM dlock_acquire_any(ARRAY['errors:x'], '12 mon -359 days');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_renew_each(ARRAY['errors:held'], ARRAY[1], '12 mon -359 days');
+\echo :LAST_ERROR_SQLSTATE
 SELECT dlock_renew('errors:held', 1, '2 days');
 \echo :LAST_ERROR_SQLSTATE
 SET dlock.max_ttl = '10s';
@@ -101,12 +116,16 @@ SELECT dlock_release('errors:held', 1);
 \echo :LAST_ERROR_SQLSTATE
 ROLLBACK;
 
--- renew/release by a role that did not acquire: 42501, whatever the token
+-- renew/release of the lease's current token by a role that did not
+-- acquire it: 42501; a token that is not current is simply not held
+-- (false), whoever holds the lease
 SET ROLE dlock_plain;
-SELECT dlock_renew('errors:held', 1, '1 min');
+SELECT dlock_renew('errors:held', :tokens_before, '1 min');
 \echo :LAST_ERROR_SQLSTATE
-SELECT dlock_release('errors:held', 999);
+SELECT dlock_release('errors:held', :tokens_before);
 \echo :LAST_ERROR_SQLSTATE
+SELECT dlock_renew('errors:held', :tokens_before + 1000, '1 min') AS stale_renew,
+       dlock_release('errors:held', :tokens_before - 1) AS stale_release;
 -- but a name without a row is simply not held by the token
 SELECT dlock_release('errors:nobody', 1) AS not_held;
 -- and dlock_break is not for PUBLIC

@@ -81,7 +81,7 @@ extern TimestampTz DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno,
 										TimestampTz start);
 extern text *DlockGetOwner(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz DlockLeaseExpiry(TimestampTz now, Interval *ttl);
-extern void DlockCheckHolder(Oid holder, text *lock_name, const char *action);
+extern void DlockHolderDenied(Oid holder, text *lock_name, const char *action);
 
 /* async_commit.c: a transaction that only released leases */
 extern bool dlock_async_release;	/* dlock.async_release (dlock.c) */
@@ -191,8 +191,12 @@ DlockReportGrant(text *lock_name, int64 token, const DlockPrevLease *prev)
 typedef enum DlockStoreOutcome
 {
 	DLOCK_STORE_DONE,			/* the live lease (name, token) was changed */
-	DLOCK_STORE_NOT_HELD,		/* a row exists, but the token holds no live lease */
-	DLOCK_STORE_NO_LEASE		/* no row for the name */
+	DLOCK_STORE_NOT_HELD,		/* a row exists, but the token holds no live
+								 * lease: not current, or its lease ended */
+	DLOCK_STORE_NO_LEASE,		/* no row for the name */
+	DLOCK_STORE_DENIED			/* the token is the row's current token, but
+								 * the caller may not act for its holder
+								 * role: nothing was changed */
 } DlockStoreOutcome;
 
 extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
@@ -217,7 +221,8 @@ typedef struct DlockStoreItem
 	text	   *lock_name;
 	int64		token;
 	DlockStoreOutcome outcome;	/* out */
-	Oid			holder;			/* out: the row's holder role */
+	Oid			holder;			/* out: the row's holder role (when the
+								 * token was current) */
 } DlockStoreItem;
 
 extern void DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n,

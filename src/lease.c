@@ -17,12 +17,18 @@
  * needed is an error (22004), not a silent NULL result, because NULL from
  * dlock_acquire means "not acquired".
  *
+ * The holder-role rule: renew and release of a lease's current token
+ * need the caller to be able to act for the role that acquired the lease
+ * (that role, a member of it, or a superuser), otherwise 42501.  A token
+ * that is not current returns false whoever asks, so a holder whose lease
+ * another role took over learns that it lost the lease.  The store
+ * decides it on the row it read, before it writes or locks anything
+ * (DLOCK_STORE_DENIED, lease_table.c's DlockLeaseChange).
+ *
  * Concurrency: this file holds no lock of its own.  Between acquire
  * attempts it sleeps in wait.c holding nothing; store.c's header gives the
  * row- and name-lock protocol of each call.  Every call that changed a
- * lease asks wait.c to wake the name's waiters when the transaction ends.  The holder-role check of
- * renew and release runs after the UPDATE: when it fails, the ERROR rolls
- * the UPDATE back.
+ * lease asks wait.c to wake the name's waiters when the transaction ends.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -148,15 +154,15 @@ check_finite(Interval *iv, const char *argname)
 
 /*
  * DlockGetTtl returns argument argno as a ttl, raising 22004 for NULL and
- * 22023 for a ttl that is infinite, not positive or longer than
- * dlock.max_ttl.  It is only checked here; DlockLeaseExpiry applies it.
+ * 22023 for a ttl that is infinite or not positive (compared as an
+ * interval).  DlockLeaseExpiry applies it to the clock and checks the
+ * lease it makes against dlock.max_ttl.
  */
 Interval *
 DlockGetTtl(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *ttl;
 	Interval	zero = {0};
-	Interval	max = {0};
 
 	arg_not_null(fcinfo, argno, "ttl");
 	ttl = PG_GETARG_INTERVAL_P(argno);
@@ -167,15 +173,6 @@ DlockGetTtl(FunctionCallInfo fcinfo, int argno)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be greater than zero"),
 				 errdetail("The ttl given is \"%s\".", interval_text(ttl))));
-	max.time = (int64) dlock_max_ttl * USECS_PER_SEC;
-	if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(ttl),
-										 IntervalPGetDatum(&max))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl exceeds dlock.max_ttl"),
-				 errdetail("The ttl given is \"%s\"; dlock.max_ttl is %d seconds.",
-						   interval_text(ttl), dlock_max_ttl),
-				 errhint("Renew the lease before it expires instead, or ask a superuser to raise dlock.max_ttl.")));
 	return ttl;
 }
 
@@ -202,8 +199,13 @@ timestamp_plus(TimestampTz ts, Interval *iv)
 }
 
 /*
- * DlockLeaseExpiry returns now + ttl, raising 22023 when the calendar makes
- * it no later than now (say, '1 month -31 days' in a 30-day month).
+ * DlockLeaseExpiry returns now + ttl with the calendar rules of timestamptz
+ * + interval: the expires_at a lease from now for ttl gets.  Raises 22023
+ * when that is no later than now (say, '1 month -31 days' in a 30-day
+ * month), or later than now + dlock.max_ttl: the limit bounds the lease
+ * actually written, however the interval mixes months, days and time
+ * ('12 mon -359 days' is one day as an interval but six days from most
+ * dates).  Every function that sets an expiry gets it here.
  */
 TimestampTz
 DlockLeaseExpiry(TimestampTz now, Interval *ttl)
@@ -216,6 +218,15 @@ DlockLeaseExpiry(TimestampTz now, Interval *ttl)
 				 errmsg("ttl must be greater than zero"),
 				 errdetail("The ttl given, \"%s\", ends no later than it starts at the current date.",
 						   interval_text(ttl))));
+	/* both are in the timestamp range, so the difference cannot overflow */
+	Assert(dlock_max_ttl > 0);
+	if (expires - now > (int64) dlock_max_ttl * USECS_PER_SEC)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("ttl exceeds dlock.max_ttl"),
+				 errdetail("The ttl given, \"%s\", would end the lease more than dlock.max_ttl (%d seconds) from now.",
+						   interval_text(ttl), dlock_max_ttl),
+				 errhint("Renew the lease before it expires instead, or ask a superuser to raise dlock.max_ttl.")));
 	return expires;
 }
 
@@ -290,18 +301,18 @@ DlockGetOwner(FunctionCallInfo fcinfo, int argno)
 }
 
 /*
- * DlockCheckHolder raises 42501 unless the current user may act for holder, the
- * role that acquired the lease on lock_name: that role, a member of it
- * (with or without INHERIT) or a superuser.  A holder role that was dropped
- * has no members, so its leases are left to superusers (and dlock_break).
+ * DlockHolderDenied raises 42501: the current user named the current token
+ * of the lease on lock_name but may not act for holder, the role that
+ * acquired it (only that role, a member of it, with or without INHERIT, or
+ * a superuser may; the store decided it, DLOCK_STORE_DENIED).  A holder
+ * role that was dropped has no members, so its leases are left to
+ * superusers (and dlock_break).
  */
 void
-DlockCheckHolder(Oid holder, text *lock_name, const char *action)
+DlockHolderDenied(Oid holder, text *lock_name, const char *action)
 {
 	char	   *holder_name;
 
-	if (is_member_of_role(GetUserId(), holder))
-		return;
 	holder_name = GetUserNameFromId(holder, true);
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
@@ -429,9 +440,10 @@ dlock_acquire(PG_FUNCTION_ARGS)
 /*
  * dlock_renew(lock_name text, token bigint, ttl interval) returns boolean:
  * true when (lock_name, token) was live and now expires at now + ttl, false
- * when the token no longer holds a live lease.  Raises 42501 when the
- * caller is not the lease's holder role, a member of it or a superuser
- * (whatever the token), 22004/22023 on bad arguments, 25006 on a standby.
+ * when the token no longer holds a live lease (whoever asks).  Raises 42501
+ * when token is the lease's current token and the caller is not the
+ * lease's holder role, a member of it or a superuser, 22004/22023 on bad
+ * arguments, 25006 on a standby.
  */
 Datum
 dlock_renew(PG_FUNCTION_ARGS)
@@ -451,8 +463,8 @@ dlock_renew(PG_FUNCTION_ARGS)
 	now = GetCurrentTimestamp();
 	outcome = DlockStoreRenew(fcinfo->flinfo->fn_oid, lock_name, token, now,
 							  DlockLeaseExpiry(now, ttl), &holder);
-	if (outcome != DLOCK_STORE_NO_LEASE)
-		DlockCheckHolder(holder, lock_name, "renew");
+	if (outcome == DLOCK_STORE_DENIED)
+		DlockHolderDenied(holder, lock_name, "renew");
 	DlockStatsCount(outcome == DLOCK_STORE_DONE ? DLOCK_STAT_RENEWALS :
 					DLOCK_STAT_RENEWALS_FAILED, 1);
 	if (outcome == DLOCK_STORE_DONE)
@@ -483,8 +495,8 @@ dlock_release(PG_FUNCTION_ARGS)
 	outcome = DlockStoreRelease(fcinfo->flinfo->fn_oid, lock_name, token,
 								GetCurrentTimestamp(), &holder);
 	DlockAsyncReleaseEnd();
-	if (outcome != DLOCK_STORE_NO_LEASE)
-		DlockCheckHolder(holder, lock_name, "release");
+	if (outcome == DLOCK_STORE_DENIED)
+		DlockHolderDenied(holder, lock_name, "release");
 	DlockStatsCount(outcome == DLOCK_STORE_DONE ? DLOCK_STAT_RELEASES :
 					DLOCK_STAT_RELEASES_FAILED, 1);
 	if (outcome == DLOCK_STORE_DONE)

@@ -34,8 +34,10 @@
  *
  * Bulk renew and release take their rows in the canonical order too (and
  * report in array order), so two of them that wait for each other's rows
- * cannot deadlock; the holder-role check of every element follows all the
- * changes, and its error undoes them all.
+ * cannot deadlock; the holder-role rule is decided element by element as
+ * the store reaches it (the first element whose current token the caller
+ * may not touch stops the statement with 42501, undoing the changes made
+ * before it).
  *
  * Concurrency: no lock of its own; the store's protocol (store.c,
  * lease_table.c) and the queues (wait.c) apply element by element.
@@ -490,9 +492,11 @@ StaticAssertDecl(DLOCK_STAT_RENEWALS_FAILED == DLOCK_STAT_RENEWALS + 1 &&
 				 "dlock_stats: a failed counter follows its counter");
 
 /*
- * each_result checks the holder role of every item that found a row
- * (DlockCheckHolder, raising 42501 for action), counts the outcomes (done:
- * the counter of a true result, the next one that of a false one), wakes
+ * each_result raises 42501 for action (DlockHolderDenied) when the store
+ * denied an item (the caller named the current token of a lease whose
+ * holder role it may not act for; the store stopped there), counts the
+ * outcomes (done: the counter of a true result, the next one that of a
+ * false one), wakes
  * the waiters of every name changed, and returns the outcomes as a
  * boolean[] in array order.
  */
@@ -506,8 +510,8 @@ each_result(DlockStoreItem *items, const int *pos, int n, const char *action,
 	int			i;
 
 	for (i = 0; i < n; i++)
-		if (items[i].outcome != DLOCK_STORE_NO_LEASE)
-			DlockCheckHolder(items[i].holder, items[i].lock_name, action);
+		if (items[i].outcome == DLOCK_STORE_DENIED)
+			DlockHolderDenied(items[i].holder, items[i].lock_name, action);
 	for (i = 0; i < n; i++)
 	{
 		if (items[i].outcome == DLOCK_STORE_DONE)

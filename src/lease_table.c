@@ -170,6 +170,7 @@
 #include "storage/freespace.h"
 #include "storage/lmgr.h"
 #include "storage/procarray.h"
+#include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -978,8 +979,15 @@ DlockLeaseFindHeld(const DlockLeaseTable *table, text **names, int n,
  * which): it reads the row, and when its lease qualifies (live, and held
  * by c's token unless breaking) writes the change, waiting for a
  * concurrent transaction that changes the same row and then deciding
- * again on the row's newest version.  Sets c->outcome and c->holder (the
- * row's holder role); returns whether it changed the lease.
+ * again on the row's newest version.  Renew and release decide in this
+ * order: a token that is not the row's current token changes nothing
+ * (DLOCK_STORE_NOT_HELD, whoever asks: a holder whose lease was taken
+ * over, by any role, learns that it lost it); the current token named by
+ * a caller who may not act for the row's holder role (is_member_of_role:
+ * that role, a member of it, a superuser) changes nothing and locks
+ * nothing (DLOCK_STORE_DENIED: the caller raises 42501); an ended lease
+ * changes nothing.  Sets c->outcome and c->holder (the row's holder role,
+ * when the token was current); returns whether it changed the lease.
  */
 bool
 DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
@@ -1004,9 +1012,24 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 			break;
 		}
 		if (c->kind != DLOCK_CHANGE_BREAK)
+		{
+			if (row.f.token != c->token)
+			{
+				UnregisterSnapshot(snapshot);
+				c->outcome = DLOCK_STORE_NOT_HELD;
+				break;
+			}
 			c->holder = row.f.holder_role;
-		if (!lease_row_live(&row, c->now) ||
-			(c->kind != DLOCK_CHANGE_BREAK && row.f.token != c->token))
+			/* checked before anything is written or locked */
+			Assert(OidIsValid(c->caller));
+			if (!is_member_of_role(c->caller, row.f.holder_role))
+			{
+				UnregisterSnapshot(snapshot);
+				c->outcome = DLOCK_STORE_DENIED;
+				break;
+			}
+		}
+		if (!lease_row_live(&row, c->now))
 		{
 			UnregisterSnapshot(snapshot);
 			c->outcome = DLOCK_STORE_NOT_HELD;

@@ -82,8 +82,12 @@ typedef struct DlockLeaseChangeOp
 	int64		token;			/* unused by break */
 	TimestampTz now;
 	TimestampTz expires;		/* renew's new expiry */
+	Oid			caller;			/* the role that must be able to act for the
+								 * lease's holder role (renew, release);
+								 * InvalidOid for break */
 	DlockStoreOutcome outcome;	/* out */
-	Oid			holder;			/* out: the row's holder role */
+	Oid			holder;			/* out: the row's holder role, when the
+								 * token was current (renew, release) */
 	/* out, for a break that ended a lease: what the lease was */
 	int64		found_token;
 	TimestampTz found_expires;

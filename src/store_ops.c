@@ -291,13 +291,17 @@ typedef struct ChangeEachOp
 	int			nitems;
 	TimestampTz now;
 	TimestampTz expires;		/* renew only */
+	Oid			caller;			/* the calling role (before the owner switch) */
 } ChangeEachOp;
 
 /*
  * change_each_op changes the leases of a ChangeEachOp in the order of its
  * items (lease_set.c passes them in byte order of the names), one
  * DlockLeaseChange each, setting each item's outcome and holder; a
- * StoreOp.
+ * StoreOp.  It stops at the first item the caller may not change
+ * (DLOCK_STORE_DENIED, for which the caller raises 42501, undoing the
+ * items changed before it); the items after it are left
+ * DLOCK_STORE_NO_LEASE.
  */
 static bool
 change_each_op(void *arg)
@@ -308,6 +312,11 @@ change_each_op(void *arg)
 
 	for (i = 0; i < e->nitems; i++)
 	{
+		e->items[i].outcome = DLOCK_STORE_NO_LEASE;
+		e->items[i].holder = InvalidOid;
+	}
+	for (i = 0; i < e->nitems; i++)
+	{
 		DlockLeaseChangeOp c;
 
 		CHECK_FOR_INTERRUPTS();
@@ -316,6 +325,7 @@ change_each_op(void *arg)
 		c.token = e->items[i].token;
 		c.now = e->now;
 		c.expires = e->expires;
+		c.caller = e->caller;
 		if (DlockLeaseChange(DlockStoreTable(), &c))
 		{
 			changed = true;
@@ -324,6 +334,8 @@ change_each_op(void *arg)
 		}
 		e->items[i].outcome = c.outcome;
 		e->items[i].holder = c.holder;
+		if (c.outcome == DLOCK_STORE_DENIED)
+			break;
 	}
 	return changed;
 }
@@ -332,9 +344,12 @@ change_each_op(void *arg)
  * DlockStoreRenewEach moves, for each of the n items, the expiry of the
  * live lease (lock_name, token) to expires and its renewed_at to now, in
  * one store session, and sets the item's outcome (DLOCK_STORE_DONE when it
- * did, otherwise whether a row exists) and holder (the row's holder role).
- * The caller checks the roles and raises if it must: the error undoes the
- * updates.  May wait for a concurrent change of one of the rows.
+ * did; otherwise DLOCK_STORE_NOT_HELD, DLOCK_STORE_NO_LEASE, or
+ * DLOCK_STORE_DENIED when the token is current but the calling role may
+ * not act for the lease's holder role, after which it stops) and holder
+ * (the row's holder role).  The caller raises 42501 for a denied item: the
+ * error undoes the updates.  May wait for a concurrent change of one of
+ * the rows.
  */
 void
 DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n, TimestampTz now,
@@ -347,6 +362,7 @@ DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n, TimestampTz now,
 	e.nitems = n;
 	e.now = now;
 	e.expires = expires;
+	e.caller = GetUserId();
 	(void) DlockStoreRun(fn_oid, change_each_op, &e, false);
 }
 
@@ -365,6 +381,7 @@ DlockStoreReleaseEach(Oid fn_oid, DlockStoreItem *items, int n, TimestampTz now)
 	e.nitems = n;
 	e.now = now;
 	e.expires = 0;
+	e.caller = GetUserId();
 	(void) DlockStoreRun(fn_oid, change_each_op, &e, false);
 }
 
@@ -417,6 +434,7 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now, int64 *token,
 	c.token = 0;
 	c.now = now;
 	c.expires = 0;
+	c.caller = InvalidOid;	/* EXECUTE on dlock_break is the permission */
 	if (!DlockStoreRun(fn_oid, change_op, &c, false))
 		return false;
 	*token = c.found_token;
