@@ -286,8 +286,9 @@ SELECT dlock_check('acct:1', :t1b) = :t1b AS checked;
 ROLLBACK;
 
 --
--- partitions: a row moved to another partition by an UPDATE is deleted from
--- its old one, so a fenced DELETE needs a check of its old lock
+-- partitions: a row moved to another partition by an UPDATE changes its
+-- lock, and is deleted from its old partition: both need a check of its
+-- old lock
 --
 CREATE TABLE parted (id int, region text, tok bigint, PRIMARY KEY (id, region))
   PARTITION BY LIST (region);
@@ -298,7 +299,8 @@ CREATE TRIGGER parted_fence BEFORE INSERT OR UPDATE OR DELETE ON parted
 SELECT dlock_acquire('parted:eu:1', '1 hour') AS peu \gset
 SELECT dlock_acquire('parted:us:1', '1 hour') AS pus \gset
 INSERT INTO parted VALUES (1, 'eu', :peu);
--- with the new lock's token only: the DELETE from parted_eu is rejected
+-- with the new lock's token only: the UPDATE that leaves parted:eu:1 is
+-- rejected
 UPDATE parted SET region = 'us', tok = :pus WHERE id = 1;
 \echo :LAST_ERROR_SQLSTATE
 BEGIN;

@@ -48,16 +48,31 @@ UPDATE accounts SET balance = 0, fence_token = :t1 WHERE id = 1;
 UPDATE accounts SET balance = balance + 1 WHERE id = 1;
 SELECT * FROM accounts;
 
--- on UPDATE, a token lower than the row's own is rejected even when the
--- lease table would accept it: moving row 1 (token 4) to account:5, whose
--- current token is 1
+-- an UPDATE that changes the row's lock is a DELETE under the old lock and
+-- an INSERT under the new one: moving row 1 (lock account:1) to account:5
+-- with a token of account:5 only is rejected (the writer does not hold
+-- account:1)
 UPDATE accounts SET id = 5, fence_token = :t5 WHERE id = 1;
 \echo :LAST_ERROR_SQLSTATE
--- moving it with a greater token of account:5 is fine
-SELECT dlock_break('account:5');
-SELECT dlock_acquire('account:5', '1 min') AS t5b \gset
-UPDATE accounts SET id = 5, fence_token = :t5b WHERE id = 1;
+-- a writer holding both moves it: account:1 checked in the transaction,
+-- account:5's token on the row (lower than the row's token 4: its history
+-- under account:1 does not bind account:5)
+BEGIN;
+SELECT dlock_check('account:1', :t1b) = :t1b AS old_lock_checked;
+UPDATE accounts SET id = 5, fence_token = :t5 WHERE id = 1;
+COMMIT;
 SELECT * FROM accounts;
+-- under one lock, a token lower than the row's own is rejected even when
+-- the lease table would accept it (here the row got token 1000 while the
+-- trigger did not fire)
+SET session_replication_role = replica;
+UPDATE accounts SET fence_token = 1000 WHERE id = 5;
+RESET session_replication_role;
+UPDATE accounts SET balance = 52, fence_token = :t5 WHERE id = 5;
+\echo :LAST_ERROR_SQLSTATE
+SET session_replication_role = replica;
+UPDATE accounts SET fence_token = :t5 WHERE id = 5;
+RESET session_replication_role;
 
 -- rejected rows are not written: several rows in one statement, one stale
 SELECT dlock_acquire('account:6', '1 min') AS t6 \gset
@@ -183,11 +198,20 @@ INSERT INTO orders VALUES ('us', 1, 6, :oe);
 INSERT INTO orders_us (region, id, qty, fence_token) VALUES ('us', 2, 1, :ou);
 \echo :LAST_ERROR_SQLSTATE
 UPDATE orders SET qty = 7, fence_token = :ou WHERE region = 'us' AND id = 1;
--- moving a row to another partition needs the token of its new lock
+-- moving a row to another partition changes its lock: it needs its old
+-- lock checked in the transaction, and the token of its new lock
 UPDATE orders SET region = 'us', fence_token = :oe WHERE region = 'eu' AND id = 1;
 \echo :LAST_ERROR_SQLSTATE
+BEGIN;
+SELECT dlock_check('order:eu:1', :oe) = :oe AS old_lock_checked;
+UPDATE orders SET region = 'us', fence_token = :oe WHERE region = 'eu' AND id = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 SELECT dlock_acquire('order:us:3', '1 min') AS ou3 \gset
+BEGIN;
+SELECT dlock_check('order:eu:1', :oe) = :oe AS old_lock_checked;
 UPDATE orders SET region = 'us', id = 3, fence_token = :ou3 WHERE region = 'eu' AND id = 1;
+COMMIT;
 SELECT tableoid::regclass AS part, region, id, qty FROM orders ORDER BY region, id;
 
 --

@@ -37,6 +37,14 @@
  *	  dlock_check, if it did; otherwise a NULL token is rejected and an
  *	  unchanged one is checked as it is.  On UPDATE a token lower than the
  *	  old row's is rejected too: a row's own history never goes backwards.
+ *	- An UPDATE that changes the row's lock (the template gives another
+ *	  name for the new row than for the old one: UPDATE, INSERT ... ON
+ *	  CONFLICT DO UPDATE, MERGE, a move between partitions, a cascaded
+ *	  foreign key) is a DELETE under the old lock and an INSERT under the
+ *	  new one: the transaction must have checked the old lock (the DELETE
+ *	  rule), and the new row's token must pass for the new lock.  So only
+ *	  a writer that holds both locks moves a row; the row's history under
+ *	  the old lock does not bind the new one.
  *	- DELETE: accepted only when the transaction checked the old row's lock
  *	  and that token still passes (and is not lower than the row's).
  *	- TRUNCATE: accepted only when the transaction checked the template's
@@ -140,6 +148,7 @@ typedef struct FenceConfig
 	char	   *token_attname;
 	DlockFenceMode mode;
 	StringInfoData name;		/* the current row's lock name, as a text */
+	StringInfoData old_name;	/* an UPDATE's old row's lock name */
 } FenceConfig;
 
 /*
@@ -324,6 +333,7 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 
 	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
 	initStringInfo(&config->name);
+	initStringInfo(&config->old_name);
 
 	/* a statement has no row to take a column's value from */
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)
@@ -340,15 +350,17 @@ fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
 /*
  * fence_lock_name builds the lock name of row tuple from the template (of a
  * statement trigger: tuple is NULL and the template names no column), as a
- * text in config's buffer: valid until the next row.  Integer and text
- * columns are copied without their output functions (which give the same
- * text).  Raises 22004 when a column named in the template is NULL.
+ * text in buf, one of config's buffers: valid until the next row.  Integer
+ * and text columns are copied without their output functions (which give
+ * the same text).  Raises 22004 when a column named in the template is
+ * NULL, 22023 when the name is longer than a lock name may be
+ * (DLOCK_MAX_NAME_BYTES, as for every function that takes a name).
  */
 static text *
-fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
+fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
+				StringInfo buf)
 {
 	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	StringInfo	buf = &config->name;
 	int			i;
 
 	Assert(tuple != NULL || !config->has_columns);
@@ -407,7 +419,26 @@ fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple)
 		}
 	}
 	SET_VARSIZE(buf->data, buf->len);
+	if (buf->len - VARHDRSZ > DLOCK_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock name is too long"),
+				 errdetail("Trigger \"%s\" on relation \"%s\" built a lock name of %d bytes from template \"%s\"; the limit is %d bytes.",
+						   trigdata->tg_trigger->tgname,
+						   RelationGetRelationName(trigdata->tg_relation),
+						   buf->len - VARHDRSZ, trigdata->tg_trigger->tgargs[0],
+						   DLOCK_MAX_NAME_BYTES)));
 	return (text *) buf->data;
+}
+
+/*
+ * fence_same_name reports whether lock names a and b are the same bytes.
+ */
+static bool
+fence_same_name(text *a, text *b)
+{
+	return VARSIZE_ANY_EXHDR(a) == VARSIZE_ANY_EXHDR(b) &&
+		memcmp(VARDATA_ANY(a), VARDATA_ANY(b), VARSIZE_ANY_EXHDR(a)) == 0;
 }
 
 /*
@@ -519,11 +550,12 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 /*
  * fence_checked_token returns the token this transaction's dlock_check
  * recorded for lock_name, for a DELETE or TRUNCATE (what names the
- * statement); raises 55T01 when there is none.
+ * statement) or, when moved_to is not NULL, for an UPDATE that moves a row
+ * out of lock_name into lock moved_to; raises 55T01 when there is none.
  */
 static int64
 fence_checked_token(Relation rel, text *lock_name, const char *what,
-					DlockFenceMode mode)
+					DlockFenceMode mode, text *moved_to)
 {
 	DlockChecked checked;
 
@@ -534,8 +566,12 @@ fence_checked_token(Relation rel, text *lock_name, const char *what,
 				(errcode(ERRCODE_DLOCK_STALE_TOKEN),
 				 errmsg("fencing token rejected for relation \"%s\"",
 						RelationGetRelationName(rel)),
+				 moved_to == NULL ?
 				 errdetail("Lock \"%s\": the transaction has not checked this lock; a %s is accepted only after dlock_check passed in the same transaction.",
-						   text_to_cstring(lock_name), what),
+						   text_to_cstring(lock_name), what) :
+				 errdetail("Lock \"%s\": the %s moves the row from this lock to lock \"%s\", and the transaction has not checked this lock; a row leaves its lock only after dlock_check passed for it in the same transaction.",
+						   text_to_cstring(lock_name), what,
+						   text_to_cstring(moved_to)),
 				 errhint("Call dlock_check(%s, token) in the transaction before the %s.",
 						 quote_literal_cstr(text_to_cstring(lock_name)), what)));
 	}
@@ -561,7 +597,9 @@ fence_token_column(FenceConfig *config, Relation rel, HeapTuple tuple,
  *
  *	- BEFORE INSERT OR UPDATE ... FOR EACH ROW: returns the new row when its
  *	  token passes the fence, after filling in the token the transaction
- *	  checked when the row carries none of its own;
+ *	  checked when the row carries none of its own; an UPDATE that moves
+ *	  the row to another lock also needs the old lock checked (the DELETE
+ *	  rule);
  *	- BEFORE DELETE ... FOR EACH ROW: returns the old row when the
  *	  transaction checked its lock and that token still passes;
  *	- BEFORE TRUNCATE (FOR EACH STATEMENT, template naming no column):
@@ -584,6 +622,8 @@ dlock_fence(PG_FUNCTION_ARGS)
 	int64		token;
 	bool		oldnull;
 	int64		oldtoken;
+	bool		moved;
+	text	   *old_lock = NULL;
 	DlockChecked checked;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
@@ -612,8 +652,9 @@ dlock_fence(PG_FUNCTION_ARGS)
 	/* TRUNCATE: the statement's one lock must have been checked */
 	if (TRIGGER_FIRED_BY_TRUNCATE(event))
 	{
-		lock_name = fence_lock_name(config, trigdata, NULL);
-		token = fence_checked_token(rel, lock_name, "TRUNCATE", config->mode);
+		lock_name = fence_lock_name(config, trigdata, NULL, &config->name);
+		token = fence_checked_token(rel, lock_name, "TRUNCATE", config->mode,
+									NULL);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
 					 config->mode);
 		fence_count(config->mode, true);
@@ -625,8 +666,9 @@ dlock_fence(PG_FUNCTION_ARGS)
 	{
 		HeapTuple	oldtuple = trigdata->tg_trigtuple;
 
-		lock_name = fence_lock_name(config, trigdata, oldtuple);
-		token = fence_checked_token(rel, lock_name, "DELETE", config->mode);
+		lock_name = fence_lock_name(config, trigdata, oldtuple, &config->name);
+		token = fence_checked_token(rel, lock_name, "DELETE", config->mode,
+									NULL);
 		oldtoken = fence_token_column(config, rel, oldtuple, &isnull);
 		if (!isnull && token < oldtoken)
 			fence_reject(config->mode, relname, lock_name,
@@ -641,13 +683,43 @@ dlock_fence(PG_FUNCTION_ARGS)
 	/* INSERT or UPDATE */
 	newtuple = TRIGGER_FIRED_BY_UPDATE(event) ?
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
-	lock_name = fence_lock_name(config, trigdata, newtuple);
+	lock_name = fence_lock_name(config, trigdata, newtuple, &config->name);
 	token = fence_token_column(config, rel, newtuple, &isnull);
 	oldnull = true;
 	oldtoken = 0;
+	moved = false;
 	if (TRIGGER_FIRED_BY_UPDATE(event))
+	{
 		oldtoken = fence_token_column(config, rel, trigdata->tg_trigtuple,
 									  &oldnull);
+		/* a template without columns names one lock for every row */
+		if (config->has_columns)
+		{
+			old_lock = fence_lock_name(config, trigdata, trigdata->tg_trigtuple,
+									   &config->old_name);
+			moved = !fence_same_name(old_lock, lock_name);
+		}
+	}
+
+	/*
+	 * A row that changes lock leaves its old lock as a DELETE would (the
+	 * transaction checked the old lock, that token still passes, and the
+	 * row carries no higher one), and enters the new one as an INSERT
+	 * would (below, without the row's history, which belongs to the old
+	 * lock).  Whoever holds both may move it; nobody else.
+	 */
+	if (moved)
+	{
+		int64		checked_old = fence_checked_token(rel, old_lock, "UPDATE",
+													  config->mode, lock_name);
+
+		if (!oldnull && checked_old < oldtoken)
+			fence_reject(config->mode, relname, old_lock,
+						 "Lock \"%s\": the row carries token " INT64_FORMAT ", higher than token " INT64_FORMAT " the transaction checked.",
+						 text_to_cstring(old_lock), oldtoken, checked_old);
+		fence_verify(fcinfo->flinfo->fn_oid, relname, old_lock, checked_old,
+					 config->mode);
+	}
 
 	/*
 	 * A write that carries no token of its own (NULL; on UPDATE also the
@@ -678,10 +750,11 @@ dlock_fence(PG_FUNCTION_ARGS)
 				 config->mode);
 
 	/*
-	 * The row's own history never goes backwards, whatever the leases say:
-	 * a row moved to another lock cannot take a lower token with it.
+	 * The row's own history never goes backwards under its lock, whatever
+	 * the leases say.  A row that moved starts a history under its new
+	 * lock: its old token was checked against the old one above.
 	 */
-	if (!oldnull && token < oldtoken)
+	if (!moved && !oldnull && token < oldtoken)
 		fence_reject(config->mode, relname, lock_name,
 					 "Lock \"%s\": the row carries token " INT64_FORMAT ", lower than token " INT64_FORMAT " it already had.",
 					 text_to_cstring(lock_name), token, oldtoken);
