@@ -345,6 +345,48 @@ SELECT id, bal FROM acct WHERE id = 4;
 DROP TABLE notes;
 DROP PROCEDURE debit;
 
+--
+-- mode 'live' keeps the lease from being taken over until the transaction
+-- ends, which only the lease's holder role, its members and superusers may
+-- do: anyone else naming the current token gets 42501 (and locks nothing),
+-- a token that is not current is stale as for anyone (55T01); 'latest'
+-- locks nothing and is anyone's
+--
+CREATE ROLE check_holder;
+SET ROLE check_holder;
+SELECT dlock_acquire('live:1', '1 hour') AS tl \gset
+SELECT dlock_acquire('live:2', '1 hour') AS tl2 \gset
+RESET ROLE;
+SET ROLE check_user;
+BEGIN;
+SELECT dlock_check('live:1', :tl, 'live');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT dlock_check('live:1', :tl - 1, 'live');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('live:1', :tl) = :tl AS latest_checked;
+RESET ROLE;
+CREATE TABLE live_acct (id int PRIMARY KEY, tok bigint);
+CREATE TRIGGER live_acct_fence BEFORE INSERT OR UPDATE ON live_acct
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('live:{id}', 'tok', 'live');
+GRANT INSERT ON live_acct TO check_user;
+SET ROLE check_user;
+INSERT INTO live_acct VALUES (1, :tl);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+-- a member of the holder role may: it acts for the holder
+GRANT check_holder TO check_user;
+SET ROLE check_user;
+BEGIN;
+SELECT dlock_check('live:1', :tl, 'live') = :tl AS member_checked;
+INSERT INTO live_acct VALUES (1, :tl), (2, :tl2);
+COMMIT;
+RESET ROLE;
+SELECT id, tok IN (:tl, :tl2) AS holders_token FROM live_acct ORDER BY id;
+DROP TABLE live_acct;
+REVOKE check_holder FROM check_user;
+DROP ROLE check_holder;
+
 DROP TABLE acct, shard;
 DROP ROLE check_user;
 DROP EXTENSION dlock;

@@ -244,10 +244,15 @@ typedef struct DlockFenceLease
 								 * answered, fence_cache.c) */
 	bool		released;
 	TimestampTz expires_at;
+	/* 'live' only: the writer's token is current, but ... */
+	bool		denied;			/* ... the writer may not act for the
+								 * lease's holder role: the row was not
+								 * locked */
+	Oid			holder;			/* the lease's holder role, when denied */
 } DlockFenceLease;
 
-extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
-								  DlockFenceLease *lease);
+extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token,
+								  bool lock_row, DlockFenceLease *lease);
 
 /* mark.c: the marks of fencing mode 'seen' (dlock_fence_mark) */
 extern bool DlockMarkCheck(Oid fn_oid, text *lock_name, int64 token,

@@ -115,6 +115,7 @@
 #include "commands/trigger.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -490,9 +491,37 @@ fence_count(DlockFenceMode mode, bool accepted)
 	} while (0)
 
 /*
+ * fence_live_denied raises 42501 for a 'live' write or dlock_check (relname
+ * NULL) by a role that may not act for holder, the holder role of lock
+ * lock_name's lease: such a check would keep the lease from being taken
+ * over until its transaction ends, which only the lease's holder may do.
+ */
+static void
+fence_live_denied(const char *relname, text *lock_name, Oid holder)
+{
+	char	   *holder_name = GetUserNameFromId(holder, true);
+
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 relname != NULL ?
+			 errmsg("permission denied to write to relation \"%s\" under lease \"%s\" in mode 'live'",
+					relname, text_to_cstring(lock_name)) :
+			 errmsg("permission denied to check lease \"%s\" in mode 'live'",
+					text_to_cstring(lock_name)),
+			 holder_name != NULL ?
+			 errdetail("Lease \"%s\" was acquired by role \"%s\"; a check in mode 'live' keeps it from being taken over until the transaction ends, which only that role, its members and superusers may do.",
+					   text_to_cstring(lock_name), holder_name) :
+			 errdetail("Lease \"%s\" was acquired by a role that has been dropped (OID %u); a check in mode 'live' keeps it from being taken over until the transaction ends, which only superusers may do for it.",
+					   text_to_cstring(lock_name), holder),
+			 errhint("Write as the role that acquired the lease or a member of it, or fence in mode 'latest'.")));
+}
+
+/*
  * fence_verify raises 55T01 unless token passes the fence of mode under
  * lock_name now (the rules and their ordering arguments: the file header,
- * and mark.c for 'seen'); relname is for the message (NULL: dlock_check).
+ * and mark.c for 'seen'), and in mode 'live' 42501 when token is current
+ * but the current user may not act for the lease's holder role (nothing
+ * was locked then); relname is for the message (NULL: dlock_check).
  * fn_oid is the calling SQL function, whose schema is the extension's.
  */
 static void
@@ -523,7 +552,7 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 		return;
 	}
 
-	DlockStoreFenceLookup(fn_oid, lock_name, mode == DLOCK_FENCE_LIVE,
+	DlockStoreFenceLookup(fn_oid, lock_name, token, mode == DLOCK_FENCE_LIVE,
 						  &lease);
 	if (!lease.found)
 		fence_reject(mode, relname, lock_name,
@@ -537,6 +566,8 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\": token " INT64_FORMAT " was not issued for this lock; the current token is " INT64_FORMAT ".",
 					 text_to_cstring(lock_name), token, lease.token);
+	if (lease.denied)
+		fence_live_denied(relname, lock_name, lease.holder);
 	if (mode == DLOCK_FENCE_LIVE && lease.released)
 		fence_reject(mode, relname, lock_name,
 					 "Lock \"%s\": token " INT64_FORMAT " is current, but its lease was released at %s.",

@@ -1211,11 +1211,18 @@ lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
  * Takes RowShareLock on the table (before the cache lookup: it keeps VACUUM
  * from truncating the table under the hint) and AccessShareLock on its
  * index, kept until the transaction ends.  Runs as the caller (locking a
- * row directly checks no privilege); the lookup evaluates no user-defined
- * function.
+ * row directly checks no privilege), so the holder-role rule is applied
+ * here: when the visible version carries the writer's token but the caller
+ * (GetUserId) may not act for its holder role (is_member_of_role: that
+ * role, a member of it, a superuser), nothing is locked, the lease is
+ * returned as read, and lease->denied is set (the fence raises 42501).
+ * Only the holder can keep its lease from being taken over past its
+ * expiry.  A token that is not the visible one is locked and compared as
+ * before: the write is rejected, and its (sub)transaction's abort releases
+ * the lock.  The lookup evaluates no user-defined function.
  */
 void
-DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
+DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 					DlockFenceLease *lease)
 {
 	Relation	rel;
@@ -1225,7 +1232,7 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
 	DlockFenceCacheTicket ticket;
 	ItemPointerData root;
-	int64		token;
+	int64		cached_token;
 	bool		hinted;
 	bool		seen;
 
@@ -1234,7 +1241,7 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 	if (!IsolationIsSerializable())
 		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
 	hinted = !IsolationIsSerializable() &&
-		DlockFenceCacheGet(rel, lock_name, &token, &root, &ticket);
+		DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
 	if (IsolationIsSerializable())
 		ticket.bucket = -1;
 	/* taken after the ticket (fence_cache.c: a fill needs that order) */
@@ -1255,6 +1262,21 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name,
 			DlockFenceCacheFill(&ticket, lock_name,
 								DatumGetInt64(lease_field(slot, table->att_token)),
 								&root);
+	}
+	if (seen &&
+		DatumGetInt64(lease_field(slot, table->att_token)) == token)
+	{
+		Oid			holder = DatumGetObjectId(lease_field(slot, table->att_holder_role));
+
+		if (!is_member_of_role(GetUserId(), holder))
+		{
+			/* the holder-role rule: not locked, not to be taken over */
+			lease->found = true;
+			lease_fence_fields(table, slot, lease);
+			lease->denied = true;
+			lease->holder = holder;
+			seen = false;
+		}
 	}
 	if (seen)
 	{

@@ -117,7 +117,8 @@ extern bool DlockLeaseChange(const DlockLeaseTable *table,
 extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
 								text *lock_name, DlockFenceLease *lease);
 extern void DlockLeaseFenceLock(const DlockLeaseTable *table,
-								text *lock_name, DlockFenceLease *lease);
+								text *lock_name, int64 token,
+								DlockFenceLease *lease);
 /* What DlockMarkLock did. */
 typedef enum DlockMarkLockResult
 {

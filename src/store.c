@@ -685,16 +685,18 @@ DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 /*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
- * lock_row (the 'live' fence) it also locks the row FOR KEY SHARE until the
- * transaction ends, waiting for a concurrent transaction that holds a
- * conflicting lock on it and following the row to its newest version
- * (DlockLeaseFenceLock); without, it reads the row without a lock, from
- * the fence cache when it can (DlockLeaseFenceRead; then only found and
- * token are set).  Both run as the caller, without SPI once the cache is
- * current.
+ * lock_row (the 'live' fence, for a write carrying token) it also locks
+ * the row FOR KEY SHARE until the transaction ends, waiting for a
+ * concurrent transaction that holds a conflicting lock on it and following
+ * the row to its newest version, unless token is current and the caller
+ * may not act for the lease's holder role (then it locks nothing and sets
+ * lease->denied: DlockLeaseFenceLock); without, it reads the row without a
+ * lock, from the fence cache when it can (DlockLeaseFenceRead; then only
+ * found and token are set).  Both run as the caller, without SPI once the
+ * cache is current.
  */
 void
-DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
+DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token, bool lock_row,
 					  DlockFenceLease *lease)
 {
 	if (!store_cache_current(fn_oid))
@@ -706,8 +708,10 @@ DlockStoreFenceLookup(Oid fn_oid, text *lock_name, bool lock_row,
 		if (SPI_finish() != SPI_OK_FINISH)
 			elog(ERROR, "SPI_finish failed");
 	}
+	lease->denied = false;
+	lease->holder = InvalidOid;
 	if (lock_row)
-		DlockLeaseFenceLock(&store_cache.table, lock_name, lease);
+		DlockLeaseFenceLock(&store_cache.table, lock_name, token, lease);
 	else
 		DlockLeaseFenceRead(&store_cache.table, lock_name, lease);
 }
