@@ -194,21 +194,24 @@ ALTER TABLE @extschema@.dlock_lease SET (fillfactor = 70);
 /*
  * Fencing mode 'seen' (see src/mark.c): for a table in a database that is
  * not the lease store, the highest token accepted so far for each lock
- * name.  A write with a lower token is rejected; a higher one raises the
- * mark.  Every accepted writer holds the name's mark row locked until its
- * transaction ends, which orders the writers of one lock.  Private like
- * the lease table; pg_dump carries it, or a restored database would forget
- * the tokens it has seen.
+ * name, kept per owner of the fenced tables (the tables of one owner share
+ * their marks; another owner's tables, a role's own table among them,
+ * cannot move them).  A write with a lower token is rejected; a higher one
+ * raises the mark.  Every accepted writer holds the name's mark row locked
+ * until its transaction ends, which orders the writers of one lock.
+ * Private like the lease table; pg_dump carries it (the owner as a role
+ * name), or a restored database would forget the tokens it has seen.
  */
 CREATE TABLE @extschema@.dlock_fence_mark (
+    table_owner pg_catalog.regrole NOT NULL,
     lock_name pg_catalog.text COLLATE pg_catalog."C" NOT NULL,
     token     pg_catalog.int8 NOT NULL,
     raised_at pg_catalog.timestamptz NOT NULL,
-    CONSTRAINT dlock_fence_mark_pkey PRIMARY KEY (lock_name)
+    CONSTRAINT dlock_fence_mark_pkey PRIMARY KEY (table_owner, lock_name)
 );
 
 COMMENT ON TABLE @extschema@.dlock_fence_mark IS
-    'dlock: fencing mode seen, the highest token accepted in this database per lock name; never write it directly';
+    'dlock: fencing mode seen, the highest token accepted in this database per owner of the fenced tables and lock name; never write it directly';
 
 REVOKE ALL ON TABLE @extschema@.dlock_fence_mark FROM PUBLIC;
 

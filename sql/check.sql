@@ -244,12 +244,46 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON shard TO check_user;
 SET ROLE check_user;
 UPDATE dlock_fence_mark SET token = 0;
 \echo :LAST_ERROR_SQLSTATE
--- but they fence through the trigger and dlock_check as anyone
+-- but its writers fence through the trigger and dlock_check
 UPDATE shard SET note = 'by check_user', tok = 71 WHERE id = 1;
 SELECT dlock_check('order:1', 71, 'seen') AS checked;
 SELECT dlock_purge_marks('0');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+-- only the writers of a table fenced by the lock may raise or hold its
+-- mark: a role that may write no such table cannot brick the lock with a
+-- huge token (42501), and a table of its own, fenced with the same
+-- template, raises marks of its own only (marks are kept per owner of the
+-- fenced tables)
+CREATE ROLE check_other;
+SET ROLE check_other;
+SELECT dlock_check('order:1', 9223372036854775807, 'seen');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TEMP TABLE own_shard (id int PRIMARY KEY, tok bigint);
+CREATE TRIGGER own_shard_fence BEFORE INSERT ON own_shard
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('order:{id}', 'tok', 'seen');
+INSERT INTO own_shard VALUES (1, 9223372036854775807);
+SELECT dlock_check('order:1', 9223372036854775807, 'seen') AS own_mark;
+DROP TABLE own_shard;
+RESET ROLE;
+SELECT table_owner, lock_name, token FROM dlock_fence_mark ORDER BY token;
+-- shard's writers are not bricked
+UPDATE shard SET note = 'still writable', tok = 72 WHERE id = 1;
+SELECT note, tok FROM shard WHERE id = 1;
+-- a name longer than a lock name may be is refused, as everywhere (22023)
+SELECT dlock_check(repeat('x', 513), 1, 'seen');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE long_shard (name text PRIMARY KEY, tok bigint);
+CREATE TRIGGER long_shard_fence BEFORE INSERT ON long_shard
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('{name}', 'tok', 'seen');
+\set VERBOSITY terse
+INSERT INTO long_shard VALUES (repeat('x', 513), 1);
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+INSERT INTO long_shard VALUES (repeat('x', 512), 1);
+SELECT count(*) AS long_marks FROM dlock_fence_mark WHERE length(lock_name) > 512;
+DROP TABLE long_shard;
+DROP ROLE check_other;
 
 --
 -- dlock_purge_marks: marks not raised for older_than

@@ -24,10 +24,11 @@
  * the transaction's).
  *
  * Concurrency: none; the record is private to the backend.  A 'seen'
- * check records that its mark row is locked by the transaction
- * (mark_locked): row locks taken by a subtransaction are released when it
- * aborts, at the same moment as its entries are forgotten, and otherwise
- * held until the top-level transaction ends.
+ * check records whose marks (by owner of the fenced tables, mark.c) its
+ * transaction holds locked at its token (mark_owners): row locks taken by
+ * a subtransaction are released when it aborts, at the same moment as its
+ * entries are forgotten, and otherwise held until the top-level
+ * transaction ends.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -237,6 +238,13 @@ DlockCheckedRecord(text *lock_name, const DlockChecked *check)
 	e->hash = hash;
 	e->lock_name = (text *) pg_detoast_datum_copy((struct varlena *) lock_name);
 	e->check = *check;
+	e->check.mark_owners = NULL;
+	if (check->nmark_owners > 0)
+	{
+		e->check.mark_owners = palloc(sizeof(Oid) * check->nmark_owners);
+		memcpy(e->check.mark_owners, check->mark_owners,
+			   sizeof(Oid) * check->nmark_owners);
+	}
 	e->subid = GetCurrentSubTransactionId();
 	head = hash_search(checked_heads, &hash, HASH_ENTER, &found);
 	e->shadowed = found ? head->newest : -1;
@@ -250,13 +258,14 @@ DlockCheckedRecord(text *lock_name, const DlockChecked *check)
 
 /*
  * DlockCheckedMarkMoved notes that the transaction accepted token under
- * lock_name in mode 'seen', so the mark may have been raised to it: the
- * checks of that name at a lower token no longer find their mark at their
- * token, and lose mark_locked (which only turns fence.c's shortcut off, so
- * it is right also if the subtransaction that raised the mark aborts).
+ * lock_name in mode 'seen' with the mark of table_owner's tables, so that
+ * mark may have been raised to it: the checks of that name at a lower
+ * token no longer find that mark at their token, and drop table_owner from
+ * their mark_owners (which only turns fence.c's shortcut off, so it is
+ * right also if the subtransaction that raised the mark aborts).
  */
 void
-DlockCheckedMarkMoved(text *lock_name, int64 token)
+DlockCheckedMarkMoved(text *lock_name, Oid table_owner, int64 token)
 {
 	int			i;
 
@@ -266,10 +275,33 @@ DlockCheckedMarkMoved(text *lock_name, int64 token)
 	for (i = checked_find(lock_name, DlockNameHash(lock_name)); i >= 0;
 		 i = checked_log[i].shadowed)
 	{
-		if (checked_same_name(&checked_log[i], lock_name) &&
-			checked_log[i].check.token < token)
-			checked_log[i].check.mark_locked = false;
+		DlockChecked *c = &checked_log[i].check;
+		int			j;
+
+		if (!checked_same_name(&checked_log[i], lock_name) || c->token >= token)
+			continue;
+		for (j = 0; j < c->nmark_owners; j++)
+			if (c->mark_owners[j] == table_owner)
+			{
+				c->mark_owners[j] = c->mark_owners[--c->nmark_owners];
+				break;
+			}
 	}
+}
+
+/*
+ * DlockCheckedHoldsMark reports whether check (from DlockCheckedLookup)
+ * holds the mark of table_owner's tables locked at its token.
+ */
+bool
+DlockCheckedHoldsMark(const DlockChecked *check, Oid table_owner)
+{
+	int			i;
+
+	for (i = 0; i < check->nmark_owners; i++)
+		if (check->mark_owners[i] == table_owner)
+			return true;
+	return false;
 }
 
 /*

@@ -254,9 +254,33 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token,
 								  bool lock_row, DlockFenceLease *lease);
 
+/* template.c: lock name templates (dlock_fence's first argument) */
+typedef struct DlockTemplatePart
+{
+	char	   *literal;		/* literal text, or NULL for a column */
+	char	   *column;			/* the column's name, for a column */
+} DlockTemplatePart;
+
+typedef enum DlockTemplateError
+{
+	DLOCK_TEMPLATE_OK,
+	DLOCK_TEMPLATE_UNCLOSED,	/* a "{" that nothing closes */
+	DLOCK_TEMPLATE_EMPTY_COLUMN,	/* "{}" */
+	DLOCK_TEMPLATE_STRAY_CLOSE, /* a "}" that closes nothing */
+	DLOCK_TEMPLATE_EMPTY		/* no text at all */
+} DlockTemplateError;
+
+extern DlockTemplateError DlockTemplateSplit(const char *template,
+											 DlockTemplatePart **parts,
+											 int *nparts, int *errpos);
+extern bool DlockTemplateMatches(const DlockTemplatePart *parts, int nparts,
+								 const char *name, int len);
+
 /* mark.c: the marks of fencing mode 'seen' (dlock_fence_mark) */
-extern bool DlockMarkCheck(Oid fn_oid, text *lock_name, int64 token,
-						   int64 *mark);
+extern bool DlockMarkCheck(Oid fn_oid, text *lock_name, Oid table_owner,
+						   int64 token, int64 *mark);
+extern int	DlockMarkOwners(Oid fn_oid, text *lock_name, Oid roleid,
+							Oid **owners);
 extern int64 DlockMarkPurge(Oid fn_oid, TimestampTz cutoff);
 
 /* fence.c and checked.c: the fence's modes, and what a transaction checked */
@@ -272,13 +296,17 @@ typedef struct DlockChecked
 {
 	int64		token;
 	DlockFenceMode mode;
-	bool		mark_locked;	/* 'seen': this transaction locks the mark */
+	/* 'seen': the marks this transaction holds locked at token, by owner */
+	int			nmark_owners;
+	Oid		   *mark_owners;
 } DlockChecked;
 
 extern void DlockCheckedInit(void);
 extern void DlockCheckedRecord(text *lock_name, const DlockChecked *check);
 extern bool DlockCheckedLookup(text *lock_name, DlockChecked *check);
-extern void DlockCheckedMarkMoved(text *lock_name, int64 token);
+extern bool DlockCheckedHoldsMark(const DlockChecked *check, Oid table_owner);
+extern void DlockCheckedMarkMoved(text *lock_name, Oid table_owner,
+								  int64 token);
 
 /* token.c: token jumps and durability (the store calls them, as owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);

@@ -215,76 +215,63 @@ fence_column(Trigger *trigger, Relation rel, const char *attname,
 
 /*
  * fence_parse_template splits template into literal and column segments of
- * config, resolving columns against rel.  Raises 22023 for an unclosed or
- * empty {}, a lone } or a missing column.
+ * config (DlockTemplateSplit), resolving columns against rel.  Raises 22023
+ * for an unclosed or empty {}, a lone } or a missing column.
  */
 static void
 fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 					 const char *template)
 {
-	int			len = strlen(template);
-	StringInfoData lit;
-	int			i = 0;
+	DlockTemplatePart *parts = NULL;
+	int			nparts = 0;
+	int			pos;
+	int			i;
 
-	/* at most one segment per character, plus one */
-	config->segments = palloc0(sizeof(FenceSegment) * (len + 1));
-	config->nsegments = 0;
-	initStringInfo(&lit);
-
-	while (i < len)
+	switch (DlockTemplateSplit(template, &parts, &nparts, &pos))
 	{
-		char		c = template[i];
-
-		if ((c == '{' || c == '}') && i + 1 < len && template[i + 1] == c)
-		{
-			appendStringInfoChar(&lit, c);
-			i += 2;
-		}
-		else if (c == '{')
-		{
-			const char *close = strchr(template + i + 1, '}');
-			FenceSegment *seg;
-			Oid			typoutput;
-			bool		typisvarlena;
-
-			if (close == NULL)
-				fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-								   errdetail("The \"{\" at position %d of template \"%s\" is not closed; write \"{{\" for a literal brace.",
-											 i + 1, template));
-			if (close == template + i + 1)
-				fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-								   errdetail("Template \"%s\" has an empty \"{}\" at position %d.",
-											 template, i + 1));
-			if (lit.len > 0)
-			{
-				config->segments[config->nsegments++].literal = pstrdup(lit.data);
-				resetStringInfo(&lit);
-			}
-			seg = &config->segments[config->nsegments++];
-			seg->attname = pnstrdup(template + i + 1, close - (template + i + 1));
-			seg->attnum = fence_column(trigger, rel, seg->attname,
-									   true);
-			seg->typid = TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid;
-			getTypeOutputInfo(seg->typid, &typoutput, &typisvarlena);
-			fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
-			config->has_columns = true;
-			i = close - template + 1;
-		}
-		else if (c == '}')
+		case DLOCK_TEMPLATE_OK:
+			break;
+		case DLOCK_TEMPLATE_UNCLOSED:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("The \"{\" at position %d of template \"%s\" is not closed; write \"{{\" for a literal brace.",
+										 pos, template));
+			break;
+		case DLOCK_TEMPLATE_EMPTY_COLUMN:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("Template \"%s\" has an empty \"{}\" at position %d.",
+										 template, pos));
+			break;
+		case DLOCK_TEMPLATE_STRAY_CLOSE:
 			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
 							   errdetail("The \"}\" at position %d of template \"%s\" closes nothing; write \"}}\" for a literal brace.",
-										 i + 1, template));
-		else
-		{
-			appendStringInfoChar(&lit, c);
-			i++;
-		}
+										 pos, template));
+			break;
+		case DLOCK_TEMPLATE_EMPTY:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("The lock name template is empty."));
+			break;
 	}
-	if (lit.len > 0)
-		config->segments[config->nsegments++].literal = pstrdup(lit.data);
-	if (config->nsegments == 0)
-		fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-						   errdetail("The lock name template is empty."));
+
+	config->segments = palloc0(sizeof(FenceSegment) * nparts);
+	config->nsegments = nparts;
+	for (i = 0; i < nparts; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		Oid			typoutput;
+		bool		typisvarlena;
+
+		if (parts[i].literal != NULL)
+		{
+			seg->literal = parts[i].literal;
+			continue;
+		}
+		seg->attname = parts[i].column;
+		seg->attnum = fence_column(trigger, rel, seg->attname, true);
+		seg->typid = TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid;
+		getTypeOutputInfo(seg->typid, &typoutput, &typisvarlena);
+		fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
+		config->has_columns = true;
+	}
 }
 
 /*
@@ -517,38 +504,81 @@ fence_live_denied(const char *relname, text *lock_name, Oid holder)
 }
 
 /*
+ * fence_seen_denied raises 42501 for a dlock_check in mode 'seen' by a role
+ * that may write no table fenced by lock_name in mode 'seen': it may
+ * neither raise nor hold the lock's marks (mark.c).
+ */
+static void
+fence_seen_denied(text *lock_name)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to check lock \"%s\" in mode 'seen'",
+					text_to_cstring(lock_name)),
+			 errdetail("Role \"%s\" may write no table of this database that a dlock_fence trigger in mode 'seen' fences with lock \"%s\"; only the writers of such tables may raise or hold its marks.",
+					   GetUserNameFromId(GetUserId(), false),
+					   text_to_cstring(lock_name)),
+			 errhint("Grant the role INSERT, UPDATE, DELETE or TRUNCATE on a table fenced by this lock, or check in mode 'latest' where the leases are.")));
+}
+
+/*
  * fence_verify raises 55T01 unless token passes the fence of mode under
  * lock_name now (the rules and their ordering arguments: the file header,
  * and mark.c for 'seen'), and in mode 'live' 42501 when token is current
  * but the current user may not act for the lease's holder role (nothing
  * was locked then); relname is for the message (NULL: dlock_check).
  * fn_oid is the calling SQL function, whose schema is the extension's.
+ * In mode 'seen', the marks are those of table_owner, the owner of the
+ * written table, or for dlock_check (table_owner InvalidOid) of every
+ * owner of a table fenced by the lock that the current user may write
+ * (mark.c; 42501 when there is none), and checked, when not NULL, gets the
+ * owners whose marks the transaction now holds at token.
  */
 static void
 fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
-			 DlockFenceMode mode)
+			 DlockFenceMode mode, Oid table_owner, DlockChecked *checked)
 {
 	DlockFenceLease lease;
 
 	if (mode == DLOCK_FENCE_SEEN)
 	{
-		DlockChecked checked;
-		int64		mark;
+		DlockChecked prior;
+		bool		have_prior;
+		Oid		   *owners = &table_owner;
+		int			nowners = 1;
+		int			i;
 
-		/*
-		 * A mark this transaction locked at token cannot have been moved by
-		 * anyone else; when the transaction itself raised it above,
-		 * DlockCheckedMarkMoved cleared mark_locked.
-		 */
-		if (DlockCheckedLookup(lock_name, &checked) && checked.mark_locked &&
-			checked.token == token)
-			return;
-		if (!DlockMarkCheck(fn_oid, lock_name, token, &mark))
-			fence_reject(mode, relname, lock_name,
-						 "Lock \"%s\": token " INT64_FORMAT " is lower than token " INT64_FORMAT ", the highest this database has accepted for it.",
-						 text_to_cstring(lock_name), token, mark);
-		/* the mark may now be above what the transaction checked before */
-		DlockCheckedMarkMoved(lock_name, token);
+		if (!OidIsValid(table_owner))
+		{
+			nowners = DlockMarkOwners(fn_oid, lock_name, GetUserId(), &owners);
+			if (nowners == 0)
+				fence_seen_denied(lock_name);
+		}
+		have_prior = DlockCheckedLookup(lock_name, &prior);
+		for (i = 0; i < nowners; i++)
+		{
+			int64		mark;
+
+			/*
+			 * A mark this transaction locked at token cannot have been moved
+			 * by anyone else; when the transaction itself raised it above,
+			 * DlockCheckedMarkMoved dropped it from the check's owners.
+			 */
+			if (have_prior && prior.token == token &&
+				DlockCheckedHoldsMark(&prior, owners[i]))
+				continue;
+			if (!DlockMarkCheck(fn_oid, lock_name, owners[i], token, &mark))
+				fence_reject(mode, relname, lock_name,
+							 "Lock \"%s\": token " INT64_FORMAT " is lower than token " INT64_FORMAT ", the highest this database has accepted for it.",
+							 text_to_cstring(lock_name), token, mark);
+			/* the mark may now be above what the transaction checked before */
+			DlockCheckedMarkMoved(lock_name, owners[i], token);
+		}
+		if (checked != NULL)
+		{
+			checked->nmark_owners = nowners;
+			checked->mark_owners = owners;
+		}
 		return;
 	}
 
@@ -687,7 +717,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 		token = fence_checked_token(rel, lock_name, "TRUNCATE", config->mode,
 									NULL);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
-					 config->mode);
+					 config->mode, rel->rd_rel->relowner, NULL);
 		fence_count(config->mode, true);
 		return PointerGetDatum(NULL);
 	}
@@ -706,7 +736,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 						 "Lock \"%s\": the row carries token " INT64_FORMAT ", higher than token " INT64_FORMAT " the transaction checked.",
 						 text_to_cstring(lock_name), oldtoken, token);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
-					 config->mode);
+					 config->mode, rel->rd_rel->relowner, NULL);
 		fence_count(config->mode, true);
 		return PointerGetDatum(oldtuple);
 	}
@@ -749,7 +779,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 						 "Lock \"%s\": the row carries token " INT64_FORMAT ", higher than token " INT64_FORMAT " the transaction checked.",
 						 text_to_cstring(old_lock), oldtoken, checked_old);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, old_lock, checked_old,
-					 config->mode);
+					 config->mode, rel->rd_rel->relowner, NULL);
 	}
 
 	/*
@@ -778,7 +808,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 					 text_to_cstring(lock_name), config->token_attname);
 
 	fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
-				 config->mode);
+				 config->mode, rel->rd_rel->relowner, NULL);
 
 	/*
 	 * The row's own history never goes backwards under its lock, whatever
@@ -801,7 +831,9 @@ dlock_fence(PG_FUNCTION_ARGS)
  * (checked.c), so that the fence trigger accepts a DELETE, a TRUNCATE or a
  * write without a token of its own under that lock.  Raises 55T01 when the
  * token is rejected (also when it is NULL), 22004 for a NULL name or mode,
- * 22023 for an empty or too long name or an unknown mode.
+ * 22023 for an empty or too long name or an unknown mode, 42501 in mode
+ * 'live' for a role that may not act for the lease's holder role, and in
+ * mode 'seen' for a role that may write no table fenced by the lock.
  */
 Datum
 dlock_check(PG_FUNCTION_ARGS)
@@ -831,11 +863,12 @@ dlock_check(PG_FUNCTION_ARGS)
 								 "dlock_check() in mode 'live'" :
 								 "dlock_check() in mode 'seen'");
 
+	checked.nmark_owners = 0;
+	checked.mark_owners = NULL;
 	fence_verify(fcinfo->flinfo->fn_oid, NULL, lock_name, token,
-				 checked.mode);
+				 checked.mode, InvalidOid, &checked);
 
 	checked.token = token;
-	checked.mark_locked = (checked.mode == DLOCK_FENCE_SEEN);
 	DlockCheckedRecord(lock_name, &checked);
 	fence_count(checked.mode, true);
 	PG_RETURN_INT64(token);

@@ -1321,28 +1321,31 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 
 /*
  * DlockMarkLock is the common case of mode 'seen' (mark.c) without SPI:
- * it looks lock_name up in the mark table relid (whose primary key is on
- * column att_name, text in the "C" collation) with a fresh snapshot, locks
- * the visible version FOR NO KEY UPDATE, waiting, and following a
- * concurrently changed row to its newest version as READ COMMITTED does,
- * sets *token to that version's column att_token, and returns
- * DLOCK_MARK_LOCKED.  Anything else (no row, a row deleted or changed in a
- * way it does not follow, a SERIALIZABLE transaction, which needs SSI's
- * predicate locks of the SQL statement) returns DLOCK_MARK_UNSURE and
- * locks nothing new: the caller then runs the SQL statement, which handles
- * every case.  Takes RowShareLock on the table and AccessShareLock on its
- * index, kept until the transaction ends.  Evaluates no user-defined
- * function.
+ * it looks the mark of (owner, lock_name) up in the mark table relid
+ * (whose primary key is on columns att_owner, a regrole, and att_name,
+ * text in the "C" collation) with a fresh snapshot, locks the visible
+ * version FOR NO KEY UPDATE, waiting, and following a concurrently changed
+ * row to its newest version as READ COMMITTED does, sets *token to that
+ * version's column att_token, and returns DLOCK_MARK_LOCKED.  Anything
+ * else (no row, a row deleted or changed in a way it does not follow, a
+ * SERIALIZABLE transaction, which needs SSI's predicate locks of the SQL
+ * statement) returns DLOCK_MARK_UNSURE and locks nothing new: the caller
+ * then runs the SQL statement, which handles every case.  Takes
+ * RowShareLock on the table and AccessShareLock on its index, kept until
+ * the transaction ends.  Evaluates no user-defined function.
  */
 DlockMarkLockResult
-DlockMarkLock(Oid relid, AttrNumber att_name, AttrNumber att_token,
-			  text *lock_name, int64 *token)
+DlockMarkLock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
+			  AttrNumber att_token, Oid owner, text *lock_name, int64 *token)
 {
 	Relation	rel;
 	Relation	idx;
 	Oid			pkey;
 	Snapshot	snap;
 	TupleTableSlot *slot;
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	bool		found;
 	DlockMarkLockResult result = DLOCK_MARK_UNSURE;
 
 	if (IsolationIsSerializable())
@@ -1355,8 +1358,9 @@ DlockMarkLock(Oid relid, AttrNumber att_name, AttrNumber att_token,
 		return DLOCK_MARK_UNSURE;
 	}
 	idx = index_open(pkey, AccessShareLock);
-	if (IndexRelationGetNumberOfKeyAttributes(idx) != 1 ||
-		idx->rd_index->indkey.values[0] != att_name)
+	if (IndexRelationGetNumberOfKeyAttributes(idx) != 2 ||
+		idx->rd_index->indkey.values[0] != att_owner ||
+		idx->rd_index->indkey.values[1] != att_name)
 	{
 		index_close(idx, NoLock);
 		table_close(rel, NoLock);
@@ -1364,11 +1368,19 @@ DlockMarkLock(Oid relid, AttrNumber att_name, AttrNumber att_token,
 	}
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
-	if (lease_lookup(rel, idx, snap, lock_name, slot, NULL))
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	/* no index page stays pinned while the lock below waits */
+	index_endscan(scan);
+	if (found)
 	{
 		ItemPointerData tid = slot->tts_tid;
 		TM_FailureData tmfd;
-		bool		isnull;
 
 		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
 							 LockTupleNoKeyExclusive, LockWaitBlock,
@@ -1376,11 +1388,14 @@ DlockMarkLock(Oid relid, AttrNumber att_name, AttrNumber att_token,
 							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
 							 &tmfd) == TM_Ok)
 		{
-			/* the newest version is still the row of lock_name */
-			if (slot_has_name(slot, att_name, lock_name))
-			{
-				Datum		d = slot_getattr(slot, att_token, &isnull);
+			bool		isnull;
+			Datum		d = slot_getattr(slot, att_owner, &isnull);
 
+			/* the newest version is still the mark of (owner, lock_name) */
+			if (!isnull && DatumGetObjectId(d) == owner &&
+				slot_has_name(slot, att_name, lock_name))
+			{
+				d = slot_getattr(slot, att_token, &isnull);
 				Assert(!isnull);
 				*token = DatumGetInt64(d);
 				result = DLOCK_MARK_LOCKED;

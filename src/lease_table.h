@@ -126,8 +126,9 @@ typedef enum DlockMarkLockResult
 	DLOCK_MARK_UNSURE			/* nothing done: run the SQL statement */
 } DlockMarkLockResult;
 
-extern DlockMarkLockResult DlockMarkLock(Oid relid, AttrNumber att_name,
-										 AttrNumber att_token,
+extern DlockMarkLockResult DlockMarkLock(Oid relid, AttrNumber att_owner,
+										 AttrNumber att_name,
+										 AttrNumber att_token, Oid owner,
 										 text *lock_name, int64 *token);
 extern void DlockRestrictedBegin(DlockRestricted *saved);
 extern void DlockRestrictedEnd(DlockRestricted *saved);

@@ -15,6 +15,23 @@
  * lower than the mark; the writers of a fenced table are trusted to carry
  * the tokens their lease store gave them (docs/guarantees.md).
  *
+ * Who may raise or hold a mark.  A mark is kept per lock name and per owner
+ * of the fenced tables (the column table_owner): the tables of one owner
+ * share their marks, and a write to a table raises and holds the mark of
+ * its owner.  The trigger needs nothing more: a role that may write the
+ * table is one of its writers.  dlock_check in mode 'seen' has no table:
+ * it raises and holds the marks of every owner one of whose tables the
+ * caller may write (INSERT, UPDATE, DELETE or TRUNCATE, on the table or an
+ * INSERT or UPDATE on one of its columns) and that has an enabled
+ * dlock_fence trigger in mode 'seen' whose template can make the name
+ * (DlockMarkOwners); a caller with none gets 42501 and locks nothing.  So
+ * a role that may write none of an owner's tables fenced by a lock can
+ * neither raise (brick) nor hold (block) that owner's mark of it, and a
+ * table of its own, fenced by any template it likes, only moves marks of
+ * its own.  The tables with 'seen' fences are read from pg_trigger once
+ * and kept until the next relcache invalidation (a trigger, an owner or a
+ * privilege that changes invalidates its table's entry).
+ *
  * Concurrency: why no write with a lower token commits after one with a
  * higher token.
  *
@@ -56,8 +73,21 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_trigger.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -69,6 +99,7 @@
 typedef struct MarkCheckOp
 {
 	text	   *lock_name;
+	Oid			table_owner;	/* whose tables' mark */
 	int64		token;
 	TimestampTz now;
 	bool		accepted;		/* out */
@@ -83,13 +114,14 @@ static bool
 mark_check_op(void *arg)
 {
 	MarkCheckOp *m = (MarkCheckOp *) arg;
-	Datum		values[3];
+	Datum		values[4];
 	int			round;
 
 	DlockStoreRequireMarks();
-	values[0] = PointerGetDatum(m->lock_name);
-	values[1] = Int64GetDatum(m->token);
-	values[2] = TimestampTzGetDatum(m->now);
+	values[0] = ObjectIdGetDatum(m->table_owner);
+	values[1] = PointerGetDatum(m->lock_name);
+	values[2] = Int64GetDatum(m->token);
+	values[3] = TimestampTzGetDatum(m->now);
 
 	/*
 	 * Lock the mark, or create it.  An insert that meets a concurrent one
@@ -101,14 +133,17 @@ mark_check_op(void *arg)
 		bool		isnull;
 		int64		mark = 0;
 		bool		locked;
+		AttrNumber	att_owner;
 		AttrNumber	att_name;
 		AttrNumber	att_token;
-		Oid			markrelid = DlockStoreMarkTable(&att_name, &att_token);
+		Oid			markrelid = DlockStoreMarkTable(&att_owner, &att_name,
+													&att_token);
 
 		/* the common case directly, the rest by the statement */
 		locked = (round == 0 &&
-				  DlockMarkLock(markrelid, att_name, att_token,
-								m->lock_name, &mark) == DLOCK_MARK_LOCKED);
+				  DlockMarkLock(markrelid, att_owner, att_name, att_token,
+								m->table_owner, m->lock_name,
+								&mark) == DLOCK_MARK_LOCKED);
 		if (!locked &&
 			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
 		{
@@ -147,18 +182,23 @@ mark_check_op(void *arg)
 }
 
 /*
- * DlockMarkCheck applies mode 'seen' to token under lock_name, in the
- * database of the SQL function fn_oid: returns true, with the mark locked
- * by the transaction and at least token, when token is not lower than the
- * mark (or there was none); otherwise sets *mark and returns false.
- * Raises 0A000 when the extension's SQL has no marks (before 1.2).
+ * DlockMarkCheck applies mode 'seen' to token under lock_name, with the
+ * mark of the tables owned by table_owner, in the database of the SQL
+ * function fn_oid: returns true, with the mark locked by the transaction
+ * and at least token, when token is not lower than the mark (or there was
+ * none); otherwise sets *mark and returns false.  The caller decided that
+ * the current user may (the file header).  Raises 0A000 when the
+ * extension's SQL has no marks (before 1.2).
  */
 bool
-DlockMarkCheck(Oid fn_oid, text *lock_name, int64 token, int64 *mark)
+DlockMarkCheck(Oid fn_oid, text *lock_name, Oid table_owner, int64 token,
+			   int64 *mark)
 {
 	MarkCheckOp m;
 
+	Assert(OidIsValid(table_owner));
 	m.lock_name = lock_name;
+	m.table_owner = table_owner;
 	m.token = token;
 	m.now = GetCurrentTimestamp();
 	m.accepted = false;
@@ -210,4 +250,206 @@ DlockMarkPurge(Oid fn_oid, TimestampTz cutoff)
 	p.deleted = 0;
 	DlockStoreRun(fn_oid, mark_purge_op, &p, true);
 	return p.deleted;
+}
+
+/* A dlock_fence trigger in mode 'seen' of this database. */
+typedef struct SeenFence
+{
+	Oid			relid;			/* its table */
+	Oid			owner;			/* the table's owner */
+	DlockTemplatePart *parts;	/* its template, split */
+	int			nparts;
+} SeenFence;
+
+/*
+ * The 'seen' fences of the database, read from pg_trigger by seen_fences,
+ * for the dlock_fence function seen_fence_fn; in seen_cxt, a child of
+ * TopMemoryContext, until a relcache invalidation makes them stale.
+ */
+static MemoryContext seen_cxt = NULL;
+static SeenFence *seen_list = NULL;
+static int	seen_count = 0;
+static bool seen_valid = false;
+static Oid	seen_fence_fn = InvalidOid;
+static bool seen_callback_registered = false;
+
+/*
+ * seen_relcache_callback makes the list stale on every relcache
+ * invalidation: a trigger created, dropped, enabled or disabled, a table
+ * whose owner changed, a table dropped.  It only flips a flag.
+ */
+static void
+seen_relcache_callback(Datum arg, Oid relid)
+{
+	seen_valid = false;
+}
+
+/*
+ * seen_trigger_args splits the bytea tgargs of a pg_trigger row into its
+ * nargs strings (NUL-terminated one after the other), palloc'd.
+ */
+static char **
+seen_trigger_args(Datum tgargs, int nargs)
+{
+	bytea	   *val = DatumGetByteaPP(tgargs);
+	const char *p = VARDATA_ANY(val);
+	const char *end = p + VARSIZE_ANY_EXHDR(val);
+	char	  **args = palloc0(sizeof(char *) * nargs);
+	int			i;
+
+	for (i = 0; i < nargs && p < end; i++)
+	{
+		args[i] = pnstrdup(p, strnlen(p, end - p));
+		p += strlen(args[i]) + 1;
+	}
+	return args;
+}
+
+/*
+ * seen_fences makes the list of the database's enabled dlock_fence
+ * triggers in mode 'seen' current for fence_fn, the dlock_fence function
+ * of the extension's schema: one heap scan of pg_trigger (it has no index
+ * on the function), keeping each trigger's table, the table's owner and
+ * the split template.  Templates that do not split are left out: their
+ * triggers fail on every row.
+ */
+static void
+seen_fences(Oid fence_fn)
+{
+	Relation	trigrel;
+	SysScanDesc scan;
+	HeapTuple	tup;
+	MemoryContext oldcxt;
+	int			cap = 8;
+
+	if (seen_valid && seen_fence_fn == fence_fn)
+		return;
+	if (!seen_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(seen_relcache_callback, (Datum) 0);
+		seen_callback_registered = true;
+	}
+	if (seen_cxt == NULL)
+		seen_cxt = AllocSetContextCreate(TopMemoryContext, "dlock seen fences",
+										 ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(seen_cxt);
+	seen_list = NULL;
+	seen_count = 0;
+	/* invalidations that arrive during the scan make the result stale */
+	seen_valid = true;
+	seen_fence_fn = fence_fn;
+
+	oldcxt = MemoryContextSwitchTo(seen_cxt);
+	seen_list = palloc(sizeof(SeenFence) * cap);
+	trigrel = table_open(TriggerRelationId, AccessShareLock);
+	scan = systable_beginscan(trigrel, InvalidOid, false, NULL, 0, NULL);
+	while (HeapTupleIsValid(tup = systable_getnext(scan)))
+	{
+		Form_pg_trigger trig = (Form_pg_trigger) GETSTRUCT(tup);
+		bool		isnull;
+		Datum		tgargs;
+		char	  **args;
+		HeapTuple	reltup;
+		DlockTemplatePart *parts;
+		int			nparts;
+		int			errpos;
+
+		if (trig->tgfoid != fence_fn || trig->tgnargs != 3 ||
+			trig->tgenabled == TRIGGER_DISABLED)
+			continue;
+		tgargs = heap_getattr(tup, Anum_pg_trigger_tgargs,
+							  RelationGetDescr(trigrel), &isnull);
+		if (isnull)
+			continue;
+		args = seen_trigger_args(tgargs, trig->tgnargs);
+		if (args[0] == NULL || args[2] == NULL || strcmp(args[2], "seen") != 0 ||
+			DlockTemplateSplit(args[0], &parts, &nparts, &errpos) != DLOCK_TEMPLATE_OK)
+			continue;
+		reltup = SearchSysCache1(RELOID, ObjectIdGetDatum(trig->tgrelid));
+		if (!HeapTupleIsValid(reltup))
+			continue;
+		if (seen_count == cap)
+		{
+			cap *= 2;
+			seen_list = repalloc(seen_list, sizeof(SeenFence) * cap);
+		}
+		seen_list[seen_count].relid = trig->tgrelid;
+		seen_list[seen_count].owner = ((Form_pg_class) GETSTRUCT(reltup))->relowner;
+		seen_list[seen_count].parts = parts;
+		seen_list[seen_count].nparts = nparts;
+		seen_count++;
+		ReleaseSysCache(reltup);
+	}
+	systable_endscan(scan);
+	table_close(trigrel, AccessShareLock);
+	MemoryContextSwitchTo(oldcxt);
+}
+
+/*
+ * seen_may_write reports whether roleid may write relation relid: INSERT,
+ * UPDATE, DELETE or TRUNCATE on the table, or INSERT or UPDATE on one of
+ * its columns (false for a relation dropped meanwhile).
+ */
+static bool
+seen_may_write(Oid relid, Oid roleid)
+{
+	bool		is_missing = false;
+
+	if (pg_class_aclcheck_ext(relid, roleid,
+							  ACL_INSERT | ACL_UPDATE | ACL_DELETE | ACL_TRUNCATE,
+							  &is_missing) == ACLCHECK_OK)
+		return true;
+	if (is_missing || !SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+		return false;
+	return pg_attribute_aclcheck_all(relid, roleid, ACL_INSERT | ACL_UPDATE,
+									 ACLMASK_ANY) == ACLCHECK_OK;
+}
+
+/*
+ * DlockMarkOwners returns how many owners of fenced tables roleid may
+ * raise and hold the mark of lock_name for (see the file header), and
+ * sets *owners to them (palloc'd, each once): the owners of the tables
+ * with an enabled dlock_fence trigger in mode 'seen' whose template can
+ * make lock_name and that roleid may write.  fn_oid is the calling SQL
+ * function, in the extension's schema, where dlock_fence is too.  Reads
+ * pg_trigger when its list is stale; takes no lock beyond the catalog's.
+ */
+int
+DlockMarkOwners(Oid fn_oid, text *lock_name, Oid roleid, Oid **owners)
+{
+	Oid			nsp = get_func_namespace(fn_oid);
+	Oid			fence_fn;
+	Oid		   *out;
+	int			n = 0;
+	int			i;
+
+	fence_fn = GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid,
+							   CStringGetDatum("dlock_fence"),
+							   PointerGetDatum(buildoidvector(NULL, 0)),
+							   ObjectIdGetDatum(nsp));
+	*owners = NULL;
+	if (!OidIsValid(fence_fn))
+		return 0;
+	seen_fences(fence_fn);
+	out = palloc(sizeof(Oid) * Max(seen_count, 1));
+	for (i = 0; i < seen_count; i++)
+	{
+		SeenFence  *f = &seen_list[i];
+		int			j;
+
+		for (j = 0; j < n; j++)
+			if (out[j] == f->owner)
+				break;
+		if (j < n)
+			continue;			/* that owner is in already */
+		if (!DlockTemplateMatches(f->parts, f->nparts,
+								  VARDATA_ANY(lock_name),
+								  VARSIZE_ANY_EXHDR(lock_name)))
+			continue;
+		if (!seen_may_write(f->relid, roleid))
+			continue;
+		out[n++] = f->owner;
+	}
+	*owners = out;
+	return n;
 }

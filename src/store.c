@@ -157,29 +157,33 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		2, {TIMESTAMPTZOID, TEXTOID}, false
 	},
 	/*
-	 * STMT_MARK_LOCK: the name's mark, locked FOR NO KEY UPDATE until the
-	 * transaction ends (mark.c gives the ordering argument).
+	 * STMT_MARK_LOCK: $1 the fenced tables' owner, $2 the name: its mark,
+	 * locked FOR NO KEY UPDATE until the transaction ends (mark.c gives the
+	 * ordering argument).
 	 */
 	{
 		"SELECT m.token FROM %1$s.dlock_fence_mark m"
-		" WHERE m.lock_name OPERATOR(pg_catalog.=) $1"
+		" WHERE m.table_owner OPERATOR(pg_catalog.=) $1"
+		" AND m.lock_name OPERATOR(pg_catalog.=) $2"
 		" FOR NO KEY UPDATE",
-		1, {TEXTOID}, true
+		2, {REGROLEOID, TEXTOID}, true
 	},
-	/* STMT_MARK_RAISE: $2 the new token, $3 now; the row is locked */
+	/* STMT_MARK_RAISE: $3 the new token, $4 now; the row is locked */
 	{
-		"UPDATE %1$s.dlock_fence_mark m SET token = $2, raised_at = $3"
-		" WHERE m.lock_name OPERATOR(pg_catalog.=) $1"
-		" AND m.token OPERATOR(pg_catalog.<) $2",
-		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}, true
+		"UPDATE %1$s.dlock_fence_mark m SET token = $3, raised_at = $4"
+		" WHERE m.table_owner OPERATOR(pg_catalog.=) $1"
+		" AND m.lock_name OPERATOR(pg_catalog.=) $2"
+		" AND m.token OPERATOR(pg_catalog.<) $3",
+		4, {REGROLEOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, true
 	},
-	/* STMT_MARK_INSERT: $2 the token, $3 now */
+	/* STMT_MARK_INSERT: $3 the token, $4 now */
 	{
-		"INSERT INTO %1$s.dlock_fence_mark AS m (lock_name, token, raised_at)"
-		" VALUES ($1, $2, $3)"
-		" ON CONFLICT (lock_name) DO NOTHING"
+		"INSERT INTO %1$s.dlock_fence_mark AS m"
+		" (table_owner, lock_name, token, raised_at)"
+		" VALUES ($1, $2, $3, $4)"
+		" ON CONFLICT (table_owner, lock_name) DO NOTHING"
 		" RETURNING m.token",
-		3, {TEXTOID, INT8OID, TIMESTAMPTZOID}, true
+		4, {REGROLEOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, true
 	},
 	/*
 	 * STMT_MARK_PURGE: $1 the cutoff.  Deletes the marks last raised before
@@ -187,12 +191,13 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 	 */
 	{
 		"WITH victims AS ("
-		" SELECT c.lock_name FROM %1$s.dlock_fence_mark c"
+		" SELECT c.table_owner, c.lock_name FROM %1$s.dlock_fence_mark c"
 		" WHERE c.raised_at OPERATOR(pg_catalog.<) $1"
 		" FOR UPDATE SKIP LOCKED),"
 		" gone AS ("
 		" DELETE FROM %1$s.dlock_fence_mark m USING victims v"
-		" WHERE m.lock_name OPERATOR(pg_catalog.=) v.lock_name"
+		" WHERE m.table_owner OPERATOR(pg_catalog.=) v.table_owner"
+		" AND m.lock_name OPERATOR(pg_catalog.=) v.lock_name"
 		" RETURNING 1)"
 		" SELECT pg_catalog.count(*) FROM gone",
 		1, {TIMESTAMPTZOID}, true
@@ -212,7 +217,8 @@ typedef struct DlockStoreCache
 	Oid			seqrelid;		/* dlock_token_seq */
 	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
 	Oid			markrelid;		/* dlock_fence_mark (InvalidOid before 1.2) */
-	AttrNumber	mark_att_name;	/* its lock_name and token columns */
+	AttrNumber	mark_att_owner; /* its table_owner, lock_name and token */
+	AttrNumber	mark_att_name;
 	AttrNumber	mark_att_token;
 	Oid			fns[DLOCK_KNOWN_FNS];	/* functions known to be in nspid */
 	SPIPlanPtr	plans[NUM_STMTS];
@@ -338,9 +344,11 @@ store_prepare_cache(Oid fn_oid)
 	store_cache.markrelid = get_relname_relid("dlock_fence_mark", nspid);
 	if (OidIsValid(store_cache.markrelid))
 	{
+		store_cache.mark_att_owner = get_attnum(store_cache.markrelid, "table_owner");
 		store_cache.mark_att_name = get_attnum(store_cache.markrelid, "lock_name");
 		store_cache.mark_att_token = get_attnum(store_cache.markrelid, "token");
-		if (store_cache.mark_att_name <= 0 || store_cache.mark_att_token <= 0)
+		if (store_cache.mark_att_owner <= 0 || store_cache.mark_att_name <= 0 ||
+			store_cache.mark_att_token <= 0)
 			ereport(ERROR,
 					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 					 errmsg("mark table of extension \"dlock\" has unexpected columns"),
@@ -598,14 +606,16 @@ DlockStoreRequireMarks(void)
 }
 
 /*
- * DlockStoreMarkTable returns where the mark table and its lock_name and
- * token columns are, in the current store session (after
+ * DlockStoreMarkTable returns where the mark table and its table_owner,
+ * lock_name and token columns are, in the current store session (after
  * DlockStoreRequireMarks).
  */
 Oid
-DlockStoreMarkTable(AttrNumber *att_name, AttrNumber *att_token)
+DlockStoreMarkTable(AttrNumber *att_owner, AttrNumber *att_name,
+					AttrNumber *att_token)
 {
 	Assert(OidIsValid(store_cache.markrelid));
+	*att_owner = store_cache.mark_att_owner;
 	*att_name = store_cache.mark_att_name;
 	*att_token = store_cache.mark_att_token;
 	return store_cache.markrelid;

@@ -356,10 +356,12 @@ SELECT results_eq(
         FROM pg_catalog.pg_attribute a
        WHERE a.attrelid = 'dlock_fence_mark'::regclass AND a.attnum > 0 AND NOT a.attisdropped
        ORDER BY a.attnum$$,
-    $$VALUES ('lock_name', 'text', true), ('token', 'bigint', true), ('raised_at', 'timestamp with time zone', true)$$,
-    'dlock_fence_mark has the columns lock_name text, token bigint, raised_at timestamptz, all NOT NULL'
+    $$VALUES ('table_owner', 'regrole', true), ('lock_name', 'text', true), ('token', 'bigint', true),
+             ('raised_at', 'timestamp with time zone', true)$$,
+    'dlock_fence_mark has the columns table_owner regrole, lock_name text, token bigint, raised_at timestamptz, all NOT NULL'
 );
-SELECT col_is_pk(:'dlock_schema', 'dlock_fence_mark', ARRAY['lock_name'], 'lock_name is the primary key of dlock_fence_mark');
+SELECT col_is_pk(:'dlock_schema', 'dlock_fence_mark', ARRAY['table_owner', 'lock_name'],
+    '(table_owner, lock_name) is the primary key of dlock_fence_mark: marks are kept per owner of the fenced tables');
 
 -- The sequence.
 SELECT has_sequence(:'dlock_schema', 'dlock_token_seq', 'sequence dlock_token_seq exists in the extension''s schema');

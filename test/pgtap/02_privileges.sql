@@ -16,7 +16,7 @@
 
 \ir preamble.psql
 
-SELECT plan(77);
+SELECT plan(78);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -111,6 +111,11 @@ SELECT set_eq(
 -- dlock needs, so that every denial below is about the object itself.
 CREATE ROLE dlock_tap_plain;
 GRANT USAGE ON SCHEMA :"dlock_schema" TO dlock_tap_plain;
+-- a table the superuser fences in mode 'seen', which the role may write
+CREATE TEMP TABLE tap_seen (id int PRIMARY KEY, tok bigint);
+CREATE TRIGGER tap_seen_fence BEFORE INSERT OR UPDATE ON tap_seen
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('tap:priv:seen:{id}', 'tok', 'seen');
+GRANT INSERT ON tap_seen TO dlock_tap_plain;
 CREATE TEMP TABLE tap_token (who text PRIMARY KEY, token bigint);
 GRANT ALL ON tap_token TO PUBLIC;
 CREATE TEMP TABLE tap_tokens (who text PRIMARY KEY, tokens bigint[]);
@@ -160,7 +165,7 @@ SELECT throws_ok(
 -- The marks of mode 'seen': no statement of any kind, so nobody can lower a
 -- mark (and let a stale token in) or raise one (and lock holders out).
 SELECT throws_ok(
-    $$INSERT INTO dlock_fence_mark VALUES ('tap:priv:forged', 1, pg_catalog.now())$$,
+    $$INSERT INTO dlock_fence_mark VALUES (current_user::regrole, 'tap:priv:forged', 1, pg_catalog.now())$$,
     '42501', 'permission denied for table dlock_fence_mark',
     'an ordinary role cannot INSERT into dlock_fence_mark'
 );
@@ -379,11 +384,19 @@ SELECT is(
     true,
     'an ordinary role can call dlock_check in modes latest and live'
 );
-SELECT is(dlock_check('tap:priv:seen', 42, 'seen'), 42::bigint,
-    'an ordinary role can call dlock_check in mode seen, which records the mark');
+-- mode 'seen' is for the writers of a table fenced by the lock in that
+-- mode: the role may write tap_seen (the superuser's), whose trigger
+-- fences 'tap:priv:seen:{id}'
 SELECT throws_ok(
-    $$SELECT dlock_check('tap:priv:seen', 41, 'seen')$$,
-    '55T01', 'fencing token rejected for lock "tap:priv:seen"',
+    $$SELECT dlock_check('tap:priv:other', 42, 'seen')$$,
+    '42501', 'permission denied to check lock "tap:priv:other" in mode ''seen''',
+    'an ordinary role that may write no table fenced by a lock cannot raise its mark with dlock_check in mode seen'
+);
+SELECT is(dlock_check('tap:priv:seen:1', 42, 'seen'), 42::bigint,
+    'an ordinary role that may write a table fenced by the lock can call dlock_check in mode seen, which records the mark');
+SELECT throws_ok(
+    $$SELECT dlock_check('tap:priv:seen:1', 41, 'seen')$$,
+    '55T01', 'fencing token rejected for lock "tap:priv:seen:1"',
     'a lower token than the mark is rejected for it'
 );
 
@@ -415,7 +428,7 @@ SELECT results_eq(
 );
 SELECT results_eq(
     $$SELECT m.lock_name COLLATE "default", m.token FROM dlock_fence_mark m WHERE m.lock_name LIKE 'tap:priv:%' ORDER BY 1$$,
-    $$VALUES ('tap:priv:seen', 42::bigint)$$,
+    $$VALUES ('tap:priv:seen:1', 42::bigint)$$,
     'the only mark is the one dlock_check recorded: the denied statements forged none'
 );
 
