@@ -44,11 +44,12 @@ $sql;
 	return ($stdout, $stderr);
 }
 
-# sqlstate_of($node, $sql, dbname => DB) runs $sql (one statement, or
-# several: each in its own transaction unless $sql says otherwise) on
-# database DB (default postgres), not stopping at an error, and returns
-# the SQLSTATE of the last statement ('00000' when it succeeded), its
-# output and psql's stderr.
+# sqlstate_of($node, $sql, dbname => DB, role => ROLE) runs $sql (one
+# statement, or several: each in its own transaction unless $sql says
+# otherwise) on database DB (default postgres), connected as ROLE (default
+# the node's superuser), not stopping at an error, and returns the
+# SQLSTATE of the last statement ('00000' when it succeeded), its output
+# and psql's stderr.
 sub sqlstate_of
 {
 	my ($node, $sql, %opt) = @_;
@@ -60,14 +61,15 @@ $sql;
 \\echo SQLSTATE :SQLSTATE},
 		stdout => \$stdout,
 		stderr => \$stderr,
-		on_error_stop => 0);
+		on_error_stop => 0,
+		extra_params => [ defined $opt{role} ? ('-U', $opt{role}) : () ]);
 	$stdout =~ s/(?:\A|\n)SQLSTATE (\S+)\z//
 	  or die "no SQLSTATE in the output of: $sql\n$stdout\n$stderr";
 	return ($1, $stdout, $stderr);
 }
 
-# fails_with($node, $sql, $state, $what, dbname => DB) checks that $sql
-# fails on $node with SQLSTATE $state.
+# fails_with($node, $sql, $state, $what, dbname => DB, role => ROLE)
+# checks that $sql fails on $node with SQLSTATE $state.
 sub fails_with
 {
 	my ($node, $sql, $state, $what, %opt) = @_;
@@ -94,13 +96,17 @@ SELECT lock_name, token, owner, holder_role, acquired_at, renewed_at,
   FROM $schema.dlock_leases ORDER BY lock_name COLLATE "C"});
 }
 
-# bg_session($node, $name, $db) opens a background psql session on $node's
-# database $db (default postgres) that does not stop at errors, and
-# returns it (a hash: bg, pid, name) with its backend's pid.
+# bg_session($node, $name, $db, $role) opens a background psql session on
+# $node's database $db (default postgres), as role $role (default the
+# node's superuser), that does not stop at errors, and returns it (a hash:
+# bg, pid, name) with its backend's pid.
 sub bg_session
 {
-	my ($node, $name, $db) = @_;
-	my $bg = $node->background_psql($db // 'postgres', on_error_stop => 0);
+	my ($node, $name, $db, $role) = @_;
+	my $bg = $node->background_psql(
+		$db // 'postgres',
+		on_error_stop => 0,
+		extra_params => [ defined $role ? ('-U', $role) : () ]);
 	my $pid = $bg->query_safe('SELECT pg_backend_pid()');
 	return { bg => $bg, pid => $pid, name => $name, seq => 0, out => '' };
 }
