@@ -153,16 +153,34 @@ check_finite(Interval *iv, const char *argname)
 }
 
 /*
+ * ttl_exceeds_max raises 22023: ttl is longer than dlock.max_ttl.
+ */
+static void
+ttl_exceeds_max(Interval *ttl)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("ttl exceeds dlock.max_ttl"),
+			 errdetail("The ttl given, \"%s\", would end the lease more than dlock.max_ttl (%d seconds) from now.",
+					   interval_text(ttl), dlock_max_ttl),
+			 errhint("Renew the lease before it expires instead, or ask a superuser to raise dlock.max_ttl.")));
+}
+
+/*
  * DlockGetTtl returns argument argno as a ttl, raising 22004 for NULL and
- * 22023 for a ttl that is infinite or not positive (compared as an
- * interval).  DlockLeaseExpiry applies it to the clock and checks the
- * lease it makes against dlock.max_ttl.
+ * 22023 for a ttl that is infinite, not positive, or longer than
+ * dlock.max_ttl, compared as intervals are (a month as 30 days, a day as
+ * 24 hours).  That comparison alone is not the limit: DlockLeaseExpiry
+ * applies the ttl to the clock and checks the lease it makes too.  It
+ * refuses the plainly too long at once, before the calendar arithmetic
+ * could overflow on them ('1000000 years').
  */
 Interval *
 DlockGetTtl(FunctionCallInfo fcinfo, int argno)
 {
 	Interval   *ttl;
 	Interval	zero = {0};
+	Interval	max = {0};
 
 	arg_not_null(fcinfo, argno, "ttl");
 	ttl = PG_GETARG_INTERVAL_P(argno);
@@ -173,6 +191,10 @@ DlockGetTtl(FunctionCallInfo fcinfo, int argno)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("ttl must be greater than zero"),
 				 errdetail("The ttl given is \"%s\".", interval_text(ttl))));
+	max.time = (int64) dlock_max_ttl * USECS_PER_SEC;
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(ttl),
+										 IntervalPGetDatum(&max))))
+		ttl_exceeds_max(ttl);
 	return ttl;
 }
 
@@ -221,12 +243,7 @@ DlockLeaseExpiry(TimestampTz now, Interval *ttl)
 	/* both are in the timestamp range, so the difference cannot overflow */
 	Assert(dlock_max_ttl > 0);
 	if (expires - now > (int64) dlock_max_ttl * USECS_PER_SEC)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("ttl exceeds dlock.max_ttl"),
-				 errdetail("The ttl given, \"%s\", would end the lease more than dlock.max_ttl (%d seconds) from now.",
-						   interval_text(ttl), dlock_max_ttl),
-				 errhint("Renew the lease before it expires instead, or ask a superuser to raise dlock.max_ttl.")));
+		ttl_exceeds_max(ttl);
 	return expires;
 }
 
