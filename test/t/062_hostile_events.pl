@@ -266,7 +266,7 @@ my $l = listener_start();
 		push @states, "$state: $sql";
 	}
 	my $after = notifier_pid();
-	my $dropped = $node->safe_psql('app',
+	my (undef, $dropped) = $node->psql('app',
 		"SELECT events_dropped FROM dlock_notifier WHERE datname = 'app'");
 	ok( defined $before
 		  && $before =~ /\A[0-9]+\z/
