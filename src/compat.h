@@ -197,6 +197,15 @@ typedef bool DlockUpdateIndexes;
 #endif
 
 /*
+ * Whether the setting transaction_timeout exists (PostgreSQL 17 on).
+ */
+#if PG_VERSION_NUM >= 170000
+#define DLOCK_HAS_TRANSACTION_TIMEOUT	true
+#else
+#define DLOCK_HAS_TRANSACTION_TIMEOUT	false
+#endif
+
+/*
  * Whether role roleid owns (or has the privileges of the owner of) database
  * dboid: pg_database_ownercheck before PostgreSQL 16, object_ownercheck
  * from 16 on.

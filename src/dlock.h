@@ -185,7 +185,7 @@ extern Size DlockNotifierShmemSize(void);
 extern void DlockNotifierShmemInit(void);
 extern void DlockNotifierInit(void);
 extern bool DlockNotifierAvailable(void);
-extern void DlockNotifierQueue(char **payloads, const bool *overflow, int n,
+extern void DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
 							   int64 nchanges, const char *overflow_payload);
 extern void DlockNotifierWake(void);
 

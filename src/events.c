@@ -347,7 +347,7 @@ queue_events(void)
 	MemoryContext old;
 	ListCell   *lc;
 	char	  **payloads;
-	bool	   *overflow;
+	int64	   *overflow;
 	int			nsend = 0;
 	int			n = 0;
 	int64		nchanges = 0;
@@ -371,7 +371,7 @@ queue_events(void)
 								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
 	payloads = palloc(sizeof(char *) * nsend);
-	overflow = palloc(sizeof(bool) * nsend);
+	overflow = palloc(sizeof(int64) * nsend);
 	foreach(lc, events)
 	{
 		LeaseEvent *ev = lfirst(lc);
@@ -390,7 +390,7 @@ queue_events(void)
 			continue;
 		}
 		payloads[n] = payload;
-		overflow[n] = ev->kind == EVENT_OVERFLOW;
+		overflow[n] = ev->kind == EVENT_OVERFLOW ? ev->count : 0;
 		n++;
 	}
 	if (n > 0)

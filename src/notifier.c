@@ -200,7 +200,9 @@ typedef struct NotifyRecord
 {
 	uint32		size;			/* bytes of the record, MAXALIGNed */
 	TransactionId xid;			/* the top-level transaction */
-	bool		overflow;		/* an "overflow" event */
+	int64		overflow;		/* an "overflow" event: the changes it
+								 * stands for; 0: any other event */
+	bool		counted;		/* its changes count as dropped already */
 	char		payload[FLEXIBLE_ARRAY_MEMBER];	/* NUL-terminated JSON */
 } NotifyRecord;
 
@@ -428,15 +430,15 @@ my_slot(void)
 }
 
 /*
- * ring_put writes a record (xid, payload, overflow) at *pos of slot's ring
- * and moves *pos past it, when the ring has room between *pos and the
- * slot's tail; returns false (writing nothing that counts) when not.
- * Caller holds the lock exclusively; the record is not queued until the
- * caller moves head.
+ * ring_put writes a record (xid, overflow, counted, payload) at *pos of
+ * slot's ring and moves *pos past it, when the ring has room between *pos
+ * and the slot's tail; returns false (writing nothing that counts) when
+ * not.  Caller holds the lock exclusively; the record is not queued until
+ * the caller moves head.
  */
 static bool
 ring_put(NotifierSlot *slot, char *ring, uint64 *pos, TransactionId xid,
-		 const char *payload, bool overflow)
+		 const char *payload, int64 overflow, bool counted)
 {
 	Size		ring_size = notifier_shmem->ring_size;
 	Size		len = strlen(payload);
@@ -463,6 +465,7 @@ ring_put(NotifierSlot *slot, char *ring, uint64 *pos, TransactionId xid,
 	rec->size = (uint32) size;
 	rec->xid = xid;
 	rec->overflow = overflow;
+	rec->counted = counted;
 	memcpy(rec->payload, payload, len + 1);
 	*pos += size;
 	return true;
@@ -557,7 +560,8 @@ notifier_start(Oid dboid, int slotno, uint32 generation)
 
 /*
  * DlockNotifierQueue appends the payloads of a committing transaction's
- * events (n of them; overflow[i] marks "overflow" events) to the current
+ * events (n of them; overflow[i] > 0 marks an "overflow" event for that
+ * many changes) to the current
  * database's queue, tagged with its top-level transaction id, at
  * pre-commit.  When they do not fit, one "overflow" event for the
  * nchanges lease changes they stand for takes their place (overflow_payload),
@@ -566,7 +570,7 @@ notifier_start(Oid dboid, int slotno, uint32 generation)
  * Never waits for the notifier; takes the lock.
  */
 void
-DlockNotifierQueue(char **payloads, const bool *overflow, int n,
+DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
 				   int64 nchanges, const char *overflow_payload)
 {
 	TransactionId xid = GetTopTransactionIdIfAny();
@@ -600,14 +604,15 @@ DlockNotifierQueue(char **payloads, const bool *overflow, int n,
 	ring = slot_ring(slotno);
 	pos = slot->head;
 	for (i = 0; i < n && queued; i++)
-		queued = ring_put(slot, ring, &pos, xid, payloads[i], overflow[i]);
+		queued = ring_put(slot, ring, &pos, xid, payloads[i], overflow[i],
+						  false);
 	if (queued)
 		slot->queued += n;
 	else
 	{
 		pos = slot->head;
 		slot->dropped += nchanges;
-		if (ring_put(slot, ring, &pos, xid, overflow_payload, true))
+		if (ring_put(slot, ring, &pos, xid, overflow_payload, nchanges, true))
 			slot->queued++;
 	}
 	if (pos != slot->head)
@@ -798,7 +803,7 @@ notifier_pass(void)
 			}
 			if (rec->xid != decided)
 			{
-				/* in progress first: a committed xid is in progress until visible */
+				/* until it is visible, a committed xid is in progress */
 				if (TransactionIdIsInProgress(rec->xid))
 				{
 					result = PASS_WAIT;
@@ -819,13 +824,15 @@ notifier_pass(void)
 				}
 				if (notify_queue_full())
 				{
-					ndropped++;
-					unsent_overflow++;
+					/* told of by an overflow event once there is room */
+					if (!rec->counted)
+						ndropped += Max(rec->overflow, 1);
+					unsent_overflow += Max(rec->overflow, 1);
 				}
 				else
 				{
 					/* PostgreSQL merges equal notifications of a transaction */
-					if ((unsent_overflow > 0 || rec->overflow) && batch_overflow)
+					if ((unsent_overflow > 0 || rec->overflow > 0) && batch_overflow)
 					{
 						result = PASS_MORE;
 						break;
@@ -837,7 +844,7 @@ notifier_pass(void)
 						unsent_overflow = 0;
 						nsent++;
 						batch_overflow = true;
-						if (rec->overflow)
+						if (rec->overflow > 0)
 						{
 							result = PASS_MORE;
 							break;
@@ -845,7 +852,7 @@ notifier_pass(void)
 					}
 					Async_Notify(DLOCK_NOTIFY_CHANNEL, rec->payload);
 					nsent++;
-					batch_overflow = batch_overflow || rec->overflow;
+					batch_overflow = batch_overflow || rec->overflow > 0;
 				}
 			}
 			in_record = false;
@@ -954,6 +961,8 @@ dlock_notifier_main(Datum main_arg)
 	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
 					PGC_S_OVERRIDE);
+	if (DLOCK_HAS_TRANSACTION_TIMEOUT)
+		SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("dlock notifier");
 	ereport(LOG,
 			(errmsg("dlock: notifier of database %u started", start.dboid)));
