@@ -1135,6 +1135,9 @@ dlock.notify_queue_size = 64kB
 	$small->start;
 	is($small->safe_psql('postgres', 'SHOW dlock.notify_queue_size'), '64kB',
 		'small: dlock.notify_queue_size = 64kB');
+	ok( $small->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'logical replication launcher'"),
+		'small: the logical replication launcher takes one of the two worker slots');
 	for my $db (qw(sa sb))
 	{
 		$small->safe_psql('postgres', "CREATE DATABASE $db");
