@@ -189,7 +189,7 @@ SELECT pg_catalog.pg_extension_config_dump(c.oid, '')
  */
 ALTER TABLE @extschema@.dlock_lease SET (fillfactor = 70);
 
-/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen'); many names at once; waiters and counters */
+/* dlock--1.1--1.2.sql: fencing everywhere (dlock_check, DELETE and TRUNCATE, mode 'seen'); many names at once; waiters, counters and the notifier */
 
 /*
  * Fencing mode 'seen' (see src/mark.c): for a table in a database that is
@@ -420,6 +420,43 @@ COMMENT ON FUNCTION @extschema@.dlock_stats_reset() IS
     'dlock: set this database''s counters in dlock_stats to zero';
 
 REVOKE ALL ON FUNCTION @extschema@.dlock_stats_reset() FROM PUBLIC;
+
+/*
+ * Lease events (src/events.c, src/notifier.c): the notifier of each
+ * database, the background worker that sends dlock's NOTIFYs on channel
+ * dlock.  A listener accepts a notification on that channel only from the
+ * pid this view shows for its database (docs/sql-reference.md, "Lease
+ * events").  Readable by PUBLIC: listeners of any role need it.
+ */
+CREATE FUNCTION @extschema@.dlock_notifier_read(
+    OUT datid pg_catalog.oid,
+    OUT pid pg_catalog.int4,
+    OUT started_at pg_catalog.timestamptz,
+    OUT events_sent pg_catalog.int8,
+    OUT events_dropped pg_catalog.int8,
+    OUT events_queued pg_catalog.int8)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'dlock_notifier_read'
+LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION @extschema@.dlock_notifier_read() IS
+    'dlock: the notifier of every database with one, for the dlock_notifier view';
+
+CREATE VIEW @extschema@.dlock_notifier AS
+SELECT n.datid,
+       d.datname,
+       n.pid,
+       n.started_at,
+       n.events_sent,
+       n.events_dropped,
+       n.events_queued
+  FROM @extschema@.dlock_notifier_read() n
+  LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) n.datid;
+
+COMMENT ON VIEW @extschema@.dlock_notifier IS
+    'dlock: the notifier of each database, whose pid is the sender of dlock''s lease events (needs shared_preload_libraries = dlock)';
+
+GRANT SELECT ON @extschema@.dlock_notifier TO PUBLIC;
 
 COMMENT ON FUNCTION @extschema@.dlock_fence() IS
     'dlock: fencing trigger, BEFORE INSERT, UPDATE or DELETE row trigger or BEFORE TRUNCATE statement trigger; arguments: lock name template, token column [, latest | live | seen]';

@@ -1,11 +1,13 @@
 --
--- monitoring: the views dlock_waiters and dlock_stats, the functions behind
--- them, dlock_stats_reset(), and the settings dlock.notify,
--- dlock.log_lease_changes and dlock.track_stats.  This suite runs without
--- shared_preload_libraries, so there is no shared memory: both views have
--- no rows whatever happens, and dlock_stats_reset() does nothing (their
--- rows are tested by specs/race-waiters.spec and specs/stats-counters.spec,
--- with preload).  Every error is shown with its SQLSTATE.
+-- monitoring: the views dlock_waiters, dlock_stats and dlock_notifier, the
+-- functions behind them, dlock_stats_reset(), and the settings
+-- dlock.notify, dlock.log_lease_changes and dlock.track_stats.  This suite
+-- runs without shared_preload_libraries, so there is no shared memory:
+-- the views have no rows whatever happens, dlock_stats_reset() does
+-- nothing, and dlock.notify sends nothing, with one WARNING per session
+-- (their rows are tested by specs/race-waiters.spec,
+-- specs/stats-counters.spec and test/t/018_events.pl, with preload).
+-- Every error is shown with its SQLSTATE.
 --
 CREATE EXTENSION dlock;
 \set SHOW_CONTEXT never
@@ -19,13 +21,17 @@ SELECT attname, format_type(atttypid, atttypmod) AS type
   FROM pg_attribute
  WHERE attrelid = 'dlock_stats'::regclass AND attnum > 0
  ORDER BY attnum;
+SELECT attname, format_type(atttypid, atttypmod) AS type
+  FROM pg_attribute
+ WHERE attrelid = 'dlock_notifier'::regclass AND attnum > 0
+ ORDER BY attnum;
 
 -- the functions: the views' set-returning functions and the reset
 SELECT p.oid::regprocedure AS function, pg_get_function_result(p.oid) AS result,
        p.provolatile AS volatile, p.proisstrict AS strict, p.proparallel AS parallel,
        p.prosecdef AS definer
   FROM pg_proc p
- WHERE p.proname IN ('dlock_waiters_read', 'dlock_stats_read', 'dlock_stats_reset')
+ WHERE p.proname IN ('dlock_waiters_read', 'dlock_stats_read', 'dlock_stats_reset', 'dlock_notifier_read')
  ORDER BY p.proname;
 
 -- no preload: no rows, before and after lease operations and a wait (which
@@ -38,6 +44,20 @@ SELECT count(*) AS waiters FROM dlock_waiters;
 SELECT count(*) AS databases FROM dlock_stats;
 SELECT count(*) AS waiter_rows FROM dlock_waiters_read();
 SELECT count(*) AS stats_rows FROM dlock_stats_read();
+
+-- lease events need the notifier, which needs preload: dlock.notify sends
+-- nothing, and says so once per session (at the first commit with
+-- something to send); the notifier view has no rows
+SET dlock.notify = on;
+SELECT dlock_acquire('monitoring:n', '1 min') IS NOT NULL AS granted;
+SELECT dlock_release('monitoring:n', token) AS released
+  FROM dlock_leases WHERE lock_name = 'monitoring:n';
+BEGIN;
+SELECT dlock_acquire('monitoring:n', '1 min') IS NOT NULL AS granted;
+ROLLBACK;
+RESET dlock.notify;
+SELECT count(*) AS notifier_rows FROM dlock_notifier;
+SELECT count(*) AS notifier_read_rows FROM dlock_notifier_read();
 
 -- dlock_stats_reset() returns void, and is for operators: a superuser may
 -- call it, PUBLIC may not
@@ -52,6 +72,8 @@ SELECT count(*) AS waiters FROM dlock_waiters;
 SELECT count(*) AS databases FROM dlock_stats;
 SELECT count(*) AS waiter_rows FROM dlock_waiters_read();
 SELECT count(*) AS stats_rows FROM dlock_stats_read();
+SELECT count(*) AS notifier_rows FROM dlock_notifier;
+SELECT count(*) AS notifier_read_rows FROM dlock_notifier_read();
 RESET ROLE;
 -- once granted EXECUTE, it may reset
 GRANT EXECUTE ON FUNCTION dlock_stats_reset() TO dlock_monitor_plain;

@@ -8,10 +8,11 @@
  * should build on 16 (not tested: no server to test it on).
  *
  * Concurrency: none; this header only renames things.  DlockWaitEvent()
- * registers dlock's wait event on first use (PostgreSQL 17 and later),
- * which takes core's WaitEventCustomLock briefly, once per backend, before
- * the first sleep.  It can raise (too many custom wait events in the
- * cluster); it is called with no lock of dlock's held.
+ * and DlockNotifierWaitEvent() register dlock's wait events on first use
+ * (PostgreSQL 17 and later), which takes core's WaitEventCustomLock
+ * briefly, once per backend, before the first sleep.  That can raise (too
+ * many custom wait events in the cluster); they are called with no lock
+ * of dlock's held.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -24,10 +25,12 @@
 
 #include "access/genam.h"
 #include "access/tableam.h"
+#include "catalog/pg_database.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
 #include "storage/proc.h"
+#include "utils/acl.h"
 #include "utils/guc.h"
 #include "utils/relcache.h"
 #include "utils/wait_event.h"
@@ -57,6 +60,28 @@ DlockWaitEvent(void)
 }
 #else
 #define DlockWaitEvent()		((uint32) PG_WAIT_EXTENSION)
+#endif
+
+/*
+ * DlockNotifierWaitEvent returns the wait event of the notifier
+ * (notifier.c) while it sleeps, and of a backend waiting for a notifier to
+ * stop: "DlockNotifier" from PostgreSQL 17 on, "Extension" before.
+ */
+#define DLOCK_NOTIFIER_WAIT_EVENT_NAME	"DlockNotifier"
+
+#if PG_VERSION_NUM >= 170000
+static inline uint32
+DlockNotifierWaitEvent(void)
+{
+	static uint32 wait_event = 0;
+
+	if (wait_event == 0)
+		wait_event = WaitEventExtensionNew(DLOCK_NOTIFIER_WAIT_EVENT_NAME);
+	Assert(wait_event != 0);
+	return wait_event;
+}
+#else
+#define DlockNotifierWaitEvent()	((uint32) PG_WAIT_EXTENSION)
 #endif
 
 /*
@@ -169,6 +194,28 @@ typedef bool DlockUpdateIndexes;
 	((void) set_config_option("search_path", DLOCK_SAFE_SEARCH_PATH, \
 							  PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, \
 							  true, 0, false))
+#endif
+
+/*
+ * Whether the setting transaction_timeout exists (PostgreSQL 17 on).
+ */
+#if PG_VERSION_NUM >= 170000
+#define DLOCK_HAS_TRANSACTION_TIMEOUT	true
+#else
+#define DLOCK_HAS_TRANSACTION_TIMEOUT	false
+#endif
+
+/*
+ * Whether role roleid owns (or has the privileges of the owner of) database
+ * dboid: pg_database_ownercheck before PostgreSQL 16, object_ownercheck
+ * from 16 on.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DlockDatabaseOwnercheck(dboid, roleid) \
+	object_ownercheck(DatabaseRelationId, (dboid), (roleid))
+#else
+#define DlockDatabaseOwnercheck(dboid, roleid) \
+	pg_database_ownercheck((dboid), (roleid))
 #endif
 
 /*

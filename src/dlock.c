@@ -5,7 +5,8 @@
  *
  * _PG_init only defines settings and delegates; lease logic lives in
  * lease.c, table access in store.c, shared memory in shmem.c, the fence
- * cache in fence_cache.c.
+ * cache in fence_cache.c, the notifier (and its ProcessUtility hook) in
+ * notifier.c.
  *
  * Concurrency: _PG_init runs once per backend (or in the postmaster when
  * preloaded) before any SQL can reach the module; it takes no locks.
@@ -47,7 +48,26 @@ static const struct config_enum_entry log_lease_changes_options[] = {
 	{NULL, 0, false}
 };
 
+/* The smallest queue of a database: room for a few of the longest events. */
+#define DLOCK_MIN_NOTIFY_QUEUE_KB	64
+
 void		_PG_init(void);
+
+/*
+ * check_notify_queue_size accepts dlock.notify_queue_size values of 0 (no
+ * notifier) and of at least DLOCK_MIN_NOTIFY_QUEUE_KB.
+ */
+static bool
+check_notify_queue_size(int *newval, void **extra, GucSource source)
+{
+	if (*newval != 0 && *newval < DLOCK_MIN_NOTIFY_QUEUE_KB)
+	{
+		GUC_check_errdetail("dlock.notify_queue_size must be 0 or at least %d kB.",
+							DLOCK_MIN_NOTIFY_QUEUE_KB);
+		return false;
+	}
+	return true;
+}
 
 /*
  * _PG_init defines the dlock.* settings and reserves the prefix, so that a
@@ -72,11 +92,13 @@ _PG_init(void)
 							NULL, NULL, NULL);
 
 	/*
-	 * The cache's size is fixed at server start, so it is a setting only
-	 * when preloaded: a PGC_POSTMASTER setting cannot be defined by a
-	 * library loaded later (and without preload there is no cache).
+	 * The sizes of the cache and of the notifiers' queues are fixed at
+	 * server start, so they are settings only when preloaded: a
+	 * PGC_POSTMASTER setting cannot be defined by a library loaded later
+	 * (and without preload there is neither).
 	 */
 	if (process_shared_preload_libraries_in_progress)
+	{
 		DefineCustomIntVariable("dlock.fence_cache_size",
 								"Lock names whose current token the fence cache keeps in shared memory.",
 								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
@@ -89,6 +111,19 @@ _PG_init(void)
 								PGC_POSTMASTER,
 								0,
 								NULL, NULL, NULL);
+		DefineCustomIntVariable("dlock.notify_queue_size",
+								"Shared memory for the lease events of one database waiting for its notifier.",
+								"With shared_preload_libraries = 'dlock', each of max_worker_processes "
+								"slots gets this much; 0: no notifier, dlock.notify sends nothing; "
+								"else at least 64 kB.",
+								&dlock_notify_queue_size,
+								256,
+								0,
+								1048576,
+								PGC_POSTMASTER,
+								GUC_UNIT_KB,
+								check_notify_queue_size, NULL, NULL);
+	}
 
 	DefineCustomBoolVariable("dlock.fence_cache",
 							 "Whether this session's fence checks use the fence cache.",
@@ -123,6 +158,8 @@ _PG_init(void)
 
 	DefineCustomBoolVariable("dlock.notify",
 							 "Whether each committed lease change sends a NOTIFY on channel dlock.",
+							 "The notifier of the database (a background worker, whose pid the view "
+							 "dlock_notifier shows) sends it; needs shared_preload_libraries = 'dlock'.  "
 							 "The payload is JSON: event, lock_name, token, previous_token.",
 							 &dlock_notify,
 							 false,
@@ -148,4 +185,5 @@ _PG_init(void)
 	DlockAsyncReleaseInit();
 	DlockShmemInstallHooks();
 	DlockFenceCacheInit();
+	DlockNotifierInit();
 }

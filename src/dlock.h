@@ -20,7 +20,11 @@
  * lease_set.c (the SQL entry points for many names at once),
  * async_commit.c (a transaction that only released leases does not wait
  * for its WAL flush), stats.c (the counters of dlock_stats), events.c
- * (lease events: NOTIFY and log lines at commit).
+ * (lease events: recorded per subtransaction, queued for the notifier at
+ * pre-commit, log lines after commit), notifier.c (the notifier: one
+ * background worker per database that sends the events as NOTIFY, its
+ * queue in shared memory, the dlock_notifier view, the ProcessUtility
+ * hook that stops it before DROP DATABASE and the like).
  *
  * Concurrency: the locking protocol lives in store.c's header; nothing
  * declared here takes a lock by itself.
@@ -154,7 +158,7 @@ DlockStatsCountGrant(DlockGrantKind kind)
 					DLOCK_STAT_GRANTS_AFTER_RELEASE : DLOCK_STAT_TAKEOVERS, 1);
 }
 
-/* events.c: lease events, sent (NOTIFY) and logged at commit */
+/* events.c: lease events, sent (by the notifier) and logged at commit */
 typedef enum DlockLogChanges
 {
 	DLOCK_LOG_CHANGES_OFF,
@@ -173,6 +177,17 @@ extern void DlockEventBreak(text *lock_name, int64 token, text *owner,
 extern void DlockEventPurge(text *lock_name, int64 token);
 extern bool DlockEventsWanted(bool takeover_or_break);
 extern bool DlockEventsWantOwner(void);
+extern char *DlockEventOverflowPayload(int64 count);
+
+/* notifier.c: the notifier, which sends the events (needs preload) */
+extern int	dlock_notify_queue_size;	/* dlock.notify_queue_size, kB */
+extern Size DlockNotifierShmemSize(void);
+extern void DlockNotifierShmemInit(void);
+extern void DlockNotifierInit(void);
+extern bool DlockNotifierAvailable(void);
+extern void DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
+							   int64 nchanges, const char *overflow_payload);
+extern void DlockNotifierWake(void);
 
 /*
  * DlockReportGrant counts the grant of token on lock_name and records its

@@ -18,24 +18,25 @@
  * a million rows must not build a million notifications at commit).
  * Then:
  *
- *   - at PRE_COMMIT, each record to be sent becomes a NOTIFY
- *     (Async_Notify), which PostgreSQL delivers once the commit is done
- *     and drops if the commit fails after all.  Listeners therefore never
- *     hear of a change that was rolled back.  When the notification queue
- *     is more than half full (a listener that stopped reading), the events
- *     are dropped with a WARNING rather than risk the commit failing on a
- *     full queue.
- *   - at COMMIT, after the transaction is committed, the log lines.
- *   - a transaction that is PREPAREd cannot NOTIFY: its events are logged
+ *   - at PRE_COMMIT, the payload of each record to be sent (JSON, built
+ *     here) is handed to the database's notifier (notifier.c): appended
+ *     to its queue in shared memory, tagged with the transaction's id.
+ *     The committing backend never NOTIFYs itself; the notifier, a
+ *     background worker, sends the payloads once the transaction has
+ *     committed and drops them if it did not (notifier.c's header argues
+ *     why listeners hear only of committed changes, and those of one name
+ *     in commit order).  Without preload there is no notifier: nothing is
+ *     sent, and the session is warned once.
+ *   - at COMMIT, after the transaction is committed, the log lines; and
+ *     at COMMIT or ABORT the notifier is woken.
+ *   - a transaction that is PREPAREd sends nothing (the notifier could not
+ *     tell when a prepared transaction commits): its events are logged
  *     when it is prepared and sent to nobody (docs/sql-reference.md).
  *
- * Concurrency: backend-local state only, and no lock of its own.  But a
- * commit that sends events goes through PostgreSQL's PreCommit_Notify,
- * which holds one cluster-wide lock from then until the commit has ended
- * (its WAL flush and synchronous replication included): such commits
- * happen one at a time, and can wait for each other (docs/sql-reference.md
- * says so; dlock.notify is off by default).  Events never wait for a
- * listener.
+ * Concurrency: backend-local state only, and no lock of its own; handing
+ * the payloads over takes notifier.c's LWLock for a copy.  A commit never
+ * waits for the notifier or for a listener, and never takes PostgreSQL's
+ * notification lock for dlock's events.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -44,7 +45,6 @@
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "commands/async.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -58,16 +58,6 @@
 /* dlock.notify and dlock.log_lease_changes */
 bool		dlock_notify = false;
 int			dlock_log_lease_changes = DLOCK_LOG_CHANGES_OFF;
-
-/* The channel of lease events. */
-#define DLOCK_NOTIFY_CHANNEL	"dlock"
-
-/* Above this share of the notification queue in use, events are dropped. */
-#define DLOCK_NOTIFY_QUEUE_LIMIT	0.5
-
-/* The queue's use is read again after this long, or for this many events. */
-#define DLOCK_NOTIFY_QUEUE_CHECK_MS		1000
-#define DLOCK_NOTIFY_QUEUE_CHECK_EVENTS 1000
 
 /* The most changes a transaction records; further ones are only counted. */
 #define DLOCK_MAX_XACT_EVENTS	10000
@@ -111,9 +101,8 @@ static int	nrecorded = 0;		/* records in events, overflow ones aside */
 /* The overflow record of the current subtransaction, if it has one. */
 static LeaseEvent *overflow = NULL;
 
-/* When the notification queue's use was last read, and what it was. */
-static TimestampTz queue_checked_at = 0;
-static double queue_usage = 0;
+/* Whether this session was told that events need preload. */
+static bool warned_unavailable = false;
 
 /*
  * events_reset_callback forgets the events when TopTransactionContext is
@@ -311,6 +300,18 @@ DlockEventPurge(text *lock_name, int64 token)
 }
 
 /*
+ * DlockEventOverflowPayload returns the JSON text of the NOTIFY payload of
+ * an "overflow" event for count lease changes that were not sent one by
+ * one (palloc'd).
+ */
+char *
+DlockEventOverflowPayload(int64 count)
+{
+	return psprintf("{\"event\": \"%s\", \"lock_name\": null, \"token\": null, \"previous_token\": null, \"count\": " INT64_FORMAT "}",
+					event_names[EVENT_OVERFLOW], count);
+}
+
+/*
  * event_payload returns the JSON text of ev's NOTIFY payload.
  */
 static char *
@@ -318,15 +319,11 @@ event_payload(const LeaseEvent *ev)
 {
 	StringInfoData buf;
 
+	if (ev->kind == EVENT_OVERFLOW)
+		return DlockEventOverflowPayload(ev->count);
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"event\": \"%s\", \"lock_name\": ",
 					 event_names[ev->kind]);
-	if (ev->kind == EVENT_OVERFLOW)
-	{
-		appendStringInfo(&buf, "null, \"token\": null, \"previous_token\": null, \"count\": " INT64_FORMAT "}",
-						 ev->count);
-		return buf.data;
-	}
 	escape_json(&buf, ev->lock_name);
 	appendStringInfo(&buf, ", \"token\": " INT64_FORMAT ", \"previous_token\": ",
 					 ev->token);
@@ -338,58 +335,43 @@ event_payload(const LeaseEvent *ev)
 }
 
 /*
- * notify_queue_usage returns the share of the notification queue in use
- * (pg_notification_queue_usage()).
- */
-static double
-notify_queue_usage(void)
-{
-	return DatumGetFloat8(DirectFunctionCall1(pg_notification_queue_usage,
-											  (Datum) 0));
-}
-
-/*
- * send_events queues a NOTIFY for each recorded event to be sent (see the
- * file header), unless the notification queue is too full.  The queue's
- * use is read at most once a second (reading it advances the queue's tail,
- * which takes its locks), or for many events.
+ * queue_events hands the payload of each recorded event to be sent to the
+ * database's notifier (see the file header), at pre-commit; without a
+ * notifier (no preload, or dlock.notify_queue_size = 0) it sends nothing
+ * and warns once per session.
  */
 static void
-send_events(void)
+queue_events(void)
 {
 	MemoryContext cxt;
 	MemoryContext old;
 	ListCell   *lc;
+	char	  **payloads;
+	int64	   *overflow;
 	int			nsend = 0;
-	TimestampTz now;
+	int			n = 0;
+	int64		nchanges = 0;
 
 	foreach(lc, events)
 		if (((LeaseEvent *) lfirst(lc))->notify)
 			nsend++;
 	if (nsend == 0)
 		return;
-
-	now = GetCurrentTimestamp();
-	if (nsend >= DLOCK_NOTIFY_QUEUE_CHECK_EVENTS ||
-		TimestampDifferenceExceeds(queue_checked_at, now,
-								   DLOCK_NOTIFY_QUEUE_CHECK_MS))
+	if (!DlockNotifierAvailable())
 	{
-		queue_usage = notify_queue_usage();
-		queue_checked_at = now;
-	}
-	if (queue_usage > DLOCK_NOTIFY_QUEUE_LIMIT)
-	{
-		ereport(WARNING,
-				(errmsg("dlock: %d lease events not sent: the notification queue is %.0f%% full",
-						nsend, queue_usage * 100),
-				 errhint("A session that LISTENs has stopped reading its notifications.")));
+		if (!warned_unavailable)
+			ereport(WARNING,
+					(errmsg("dlock: lease events are not sent: dlock.notify needs shared_preload_libraries = 'dlock' and a dlock.notify_queue_size above 0"),
+					 errdetail("This session is told once.")));
+		warned_unavailable = true;
 		return;
 	}
 
-	/* Async_Notify copies the payload; build each in a context of its own */
 	cxt = AllocSetContextCreate(CurrentMemoryContext, "dlock events",
-								ALLOCSET_SMALL_SIZES);
+								ALLOCSET_DEFAULT_SIZES);
 	old = MemoryContextSwitchTo(cxt);
+	payloads = palloc(sizeof(char *) * nsend);
+	overflow = palloc(sizeof(int64) * nsend);
 	foreach(lc, events)
 	{
 		LeaseEvent *ev = lfirst(lc);
@@ -397,19 +379,26 @@ send_events(void)
 
 		if (!ev->notify)
 			continue;
+		nchanges += ev->kind == EVENT_OVERFLOW ? ev->count : 1;
 		payload = event_payload(ev);
+		/* a name of at most 512 bytes, escaped, cannot reach the limit */
 		if (strlen(payload) >= DLOCK_NOTIFY_PAYLOAD_MAX)
+		{
 			ereport(WARNING,
 					(errmsg("dlock: lease event for \"%s\" not sent: its payload is too long",
 							ev->lock_name)));
-		else
-			Async_Notify(DLOCK_NOTIFY_CHANNEL, payload);
-		MemoryContextReset(cxt);
+			continue;
+		}
+		payloads[n] = payload;
+		overflow[n] = ev->kind == EVENT_OVERFLOW ? ev->count : 0;
+		n++;
 	}
+	if (n > 0)
+		DlockNotifierQueue(payloads, overflow, n, nchanges,
+						   DlockEventOverflowPayload(nchanges));
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 }
-
 
 /*
  * log_event writes ev's log line, if dlock.log_lease_changes asks for it;
@@ -472,20 +461,24 @@ log_event(const LeaseEvent *ev, bool prepared)
 }
 
 /*
- * events_xact_callback sends the events at PRE_COMMIT, logs them once the
- * transaction committed (or was prepared), and forgets them when it ends.
+ * events_xact_callback queues the events for the notifier at PRE_COMMIT,
+ * logs them once the transaction committed (or was prepared), wakes the
+ * notifier once it committed or aborted, and forgets them when it ends.
  */
 static void
 events_xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
 
+	/* the notifier can decide about what this transaction queued */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT)
+		DlockNotifierWake();
 	if (events == NIL)
 		return;
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
-			send_events();
+			queue_events();
 			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PREPARE:

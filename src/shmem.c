@@ -16,11 +16,13 @@
  * start has done; shared memory is rebuilt at every start, crash restarts
  * included, which is the point.
  *
- * The fence cache (fence_cache.c) and the counters (stats.c) have shared
- * memory structs of their own, the cache's sized by
- * dlock.fence_cache_size; shmem_request asks for them and shmem_startup
- * attaches to them.  Their protocols are in those files' headers (the
- * counters have an LWLock tranche of their own, "dlock stats").
+ * The fence cache (fence_cache.c), the counters (stats.c) and the
+ * notifiers' slots and queues (notifier.c) have shared memory structs of
+ * their own, the cache's sized by dlock.fence_cache_size, the queues' by
+ * dlock.notify_queue_size and max_worker_processes; shmem_request asks
+ * for them and shmem_startup attaches to them.  Their protocols are in
+ * those files' headers (the counters and the notifiers have an LWLock
+ * tranche each, "dlock stats" and "dlock notify").
  *
  * Without preload, DlockShared stays NULL and wait.c polls instead (and
  * token.c flushes WAL per grant).
@@ -86,8 +88,10 @@ shmem_request(void)
 	RequestAddinShmemSpace(shmem_size());
 	RequestAddinShmemSpace(DlockFenceCacheShmemSize());
 	RequestAddinShmemSpace(DlockStatsShmemSize());
+	RequestAddinShmemSpace(DlockNotifierShmemSize());
 	RequestNamedLWLockTranche("dlock", 1);
 	RequestNamedLWLockTranche("dlock stats", 1);
+	RequestNamedLWLockTranche("dlock notify", 1);
 }
 
 /*
@@ -118,6 +122,7 @@ shmem_startup(void)
 	}
 	DlockFenceCacheShmemInit();
 	DlockStatsShmemInit();
+	DlockNotifierShmemInit();
 	LWLockRelease(AddinShmemInitLock);
 }
 

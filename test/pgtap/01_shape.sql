@@ -4,7 +4,7 @@
 -- defaults), return type (the columns of dlock_acquire_any's table, and
 -- of the set-returning functions behind the monitoring views, too),
 -- language, volatility, strictness and security;
--- the three views' columns in order; the two tables and the two sequences; which objects
+-- the four views' columns in order; the two tables and the two sequences; which objects
 -- are members of the extension; relocatability and the dump configuration;
 -- the settings dlock.notify, dlock.log_lease_changes and dlock.track_stats.
 -- Nothing here calls a dlock function (the library is LOADed, for its
@@ -12,7 +12,7 @@
 
 \ir preamble.psql
 
-SELECT plan(112);
+SELECT plan(120);
 
 -- dlock_acquire(lock_name text, ttl interval, wait interval DEFAULT '0', owner text DEFAULT NULL) -> bigint
 SELECT has_function(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -190,7 +190,8 @@ SELECT isnt_definer(:'dlock_schema', 'dlock_fence', ARRAY[]::text[],
     'dlock_fence is not SECURITY DEFINER');
 
 -- The monitoring functions (1.2): the set-returning functions behind the
--- views dlock_waiters and dlock_stats, and the reset of the counters.  They
+-- views dlock_waiters, dlock_stats and dlock_notifier, and the reset of the
+-- counters.  They
 -- take no argument (STRICT changes nothing), and the readers are PARALLEL
 -- RESTRICTED (below): they read this backend's shared memory.
 
@@ -221,6 +222,20 @@ SELECT is_strict(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
     'dlock_stats_read is STRICT (it has no argument)');
 SELECT isnt_definer(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
     'dlock_stats_read is not SECURITY DEFINER');
+
+-- dlock_notifier_read() -> SETOF record (the columns: below)
+SELECT has_function(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[],
+    'dlock_notifier_read() exists in the extension''s schema');
+SELECT function_returns(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[], 'setof record',
+    'dlock_notifier_read returns a set of records (OUT columns)');
+SELECT function_lang_is(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[], 'c',
+    'dlock_notifier_read is LANGUAGE C');
+SELECT volatility_is(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[], 'volatile',
+    'dlock_notifier_read is VOLATILE (it reads shared memory as it is now)');
+SELECT is_strict(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[],
+    'dlock_notifier_read is STRICT (it has no argument)');
+SELECT isnt_definer(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[],
+    'dlock_notifier_read is not SECURITY DEFINER');
 
 -- dlock_stats_reset() -> void
 SELECT has_function(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[],
@@ -256,6 +271,9 @@ SELECT results_eq(
         ('dlock_break', 'lock_name text', 'f', 'u', 'dlock_break', '$libdir/dlock'),
         ('dlock_check', 'lock_name text, token bigint, mode text DEFAULT ''latest''::text', 'f', 'u', 'dlock_check', '$libdir/dlock'),
         ('dlock_fence', '', 'f', 'u', 'dlock_fence', '$libdir/dlock'),
+        ('dlock_notifier_read', 'OUT datid oid, OUT pid integer, OUT started_at timestamp with time zone, '
+                                'OUT events_sent bigint, OUT events_dropped bigint, OUT events_queued bigint',
+         'f', 'r', 'dlock_notifier_read', '$libdir/dlock'),
         ('dlock_purge', 'older_than interval', 'f', 'u', 'dlock_purge', '$libdir/dlock'),
         ('dlock_purge_marks', 'older_than interval', 'f', 'u', 'dlock_purge_marks', '$libdir/dlock'),
         ('dlock_release', 'lock_name text, token bigint', 'f', 'u', 'dlock_release', '$libdir/dlock'),
@@ -281,9 +299,9 @@ SELECT is(
       WHERE p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_break', 'dlock_fence', 'dlock_purge',
                           'dlock_check', 'dlock_purge_marks', 'dlock_acquire_all', 'dlock_acquire_any',
                           'dlock_renew_each', 'dlock_release_each', 'dlock_waiters_read', 'dlock_stats_read',
-                          'dlock_stats_reset')),
-    15::bigint,
-    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check, dlock_purge_marks, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_waiters_read, dlock_stats_read or dlock_stats_reset (an overload of dlock_renew or dlock_release would make calls with untyped arguments ambiguous)'
+                          'dlock_stats_reset', 'dlock_notifier_read')),
+    16::bigint,
+    'no schema of the database holds another overload of dlock_acquire, dlock_renew, dlock_release, dlock_break, dlock_fence, dlock_purge, dlock_check, dlock_purge_marks, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_waiters_read, dlock_stats_read, dlock_stats_reset or dlock_notifier_read (an overload of dlock_renew or dlock_release would make calls with untyped arguments ambiguous)'
 );
 
 -- The views.
@@ -325,6 +343,17 @@ SELECT results_eq(
              ('fence_seen_accepted', 'bigint'), ('fence_seen_rejected', 'bigint'),
              ('token_jumps', 'bigint'), ('stats_reset', 'timestamp with time zone')$$,
     'dlock_stats has exactly the columns datid oid, datname name, the nineteen bigint counters, stats_reset timestamptz, in that order'
+);
+SELECT has_view(:'dlock_schema', 'dlock_notifier', 'view dlock_notifier exists in the extension''s schema');
+SELECT results_eq(
+    $$SELECT a.attname::text COLLATE "default", pg_catalog.format_type(a.atttypid, a.atttypmod)
+        FROM pg_catalog.pg_attribute a
+       WHERE a.attrelid = 'dlock_notifier'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+       ORDER BY a.attnum$$,
+    $$VALUES ('datid', 'oid'), ('datname', 'name'), ('pid', 'integer'),
+             ('started_at', 'timestamp with time zone'), ('events_sent', 'bigint'),
+             ('events_dropped', 'bigint'), ('events_queued', 'bigint')$$,
+    'dlock_notifier has exactly the columns datid oid, datname name, pid integer, started_at timestamptz, events_sent, events_dropped and events_queued bigint, in that order'
 );
 
 -- The table.
@@ -422,8 +451,10 @@ SELECT set_eq(
              (true, 'view dlock_waiters'),
              (true, 'function dlock_stats_read()'),
              (true, 'view dlock_stats'),
-             (true, 'function dlock_stats_reset()')$$,
-    'the members of extension dlock are exactly its two tables, two sequences, three views and fifteen functions, all in the extension''s schema'
+             (true, 'function dlock_stats_reset()'),
+             (true, 'function dlock_notifier_read()'),
+             (true, 'view dlock_notifier')$$,
+    'the members of extension dlock are exactly its two tables, two sequences, four views and sixteen functions, all in the extension''s schema'
 );
 -- Objects that are not members themselves (the primary key index, the row
 -- types) must still belong to a member, so DROP EXTENSION removes them: no

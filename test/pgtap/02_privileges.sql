@@ -3,8 +3,9 @@
 --
 -- First the grants as the catalogs record them (PUBLIC: EXECUTE on acquire,
 -- renew, release, their forms for many names and check, and on the readers
--- behind the monitoring views; SELECT on dlock_leases, dlock_waiters and
--- dlock_stats; nothing else on any member of the extension), then the same
+-- behind the monitoring views; SELECT on dlock_leases, dlock_waiters,
+-- dlock_stats and dlock_notifier; nothing else on any member of the
+-- extension), then the same
 -- rules exercised by an ordinary role created here: it cannot touch the
 -- lease table, the marks or the token sequence (so it cannot make tokens
 -- repeat or forge what a database has seen), cannot write through the view,
@@ -16,7 +17,7 @@
 
 \ir preamble.psql
 
-SELECT plan(78);
+SELECT plan(82);
 
 -- Grants to PUBLIC, object by object.
 SELECT function_privs_are(:'dlock_schema', 'dlock_acquire', ARRAY['text', 'interval', 'interval', 'text'],
@@ -49,12 +50,16 @@ SELECT function_privs_are(:'dlock_schema', 'dlock_stats_read', ARRAY[]::text[],
     'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_stats_read (behind the view dlock_stats)');
 SELECT function_privs_are(:'dlock_schema', 'dlock_stats_reset', ARRAY[]::text[],
     'public', ARRAY[]::name[], 'PUBLIC may not execute dlock_stats_reset');
+SELECT function_privs_are(:'dlock_schema', 'dlock_notifier_read', ARRAY[]::text[],
+    'public', ARRAY['EXECUTE'], 'PUBLIC may execute dlock_notifier_read (behind the view dlock_notifier, which listeners of any role read)');
 SELECT table_privs_are(:'dlock_schema', 'dlock_leases', 'public', ARRAY['SELECT'],
     'PUBLIC may SELECT from dlock_leases, and nothing else');
 SELECT table_privs_are(:'dlock_schema', 'dlock_waiters', 'public', ARRAY['SELECT'],
     'PUBLIC may SELECT from dlock_waiters, and nothing else');
 SELECT table_privs_are(:'dlock_schema', 'dlock_stats', 'public', ARRAY['SELECT'],
     'PUBLIC may SELECT from dlock_stats, and nothing else');
+SELECT table_privs_are(:'dlock_schema', 'dlock_notifier', 'public', ARRAY['SELECT'],
+    'PUBLIC may SELECT from dlock_notifier, and nothing else');
 SELECT table_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
     'PUBLIC has no privilege on table dlock_lease');
 SELECT any_column_privs_are(:'dlock_schema', 'dlock_lease', 'public', ARRAY[]::name[],
@@ -79,8 +84,8 @@ SELECT set_eq(
          AND pg_catalog.has_function_privilege('public', p.oid, 'EXECUTE')$$,
     ARRAY['dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_acquire_all', 'dlock_acquire_any',
           'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence',
-          'dlock_waiters_read', 'dlock_stats_read'],
-    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_check, the trigger function dlock_fence and the readers dlock_waiters_read and dlock_stats_read'
+          'dlock_waiters_read', 'dlock_stats_read', 'dlock_notifier_read'],
+    'of the extension''s functions, PUBLIC may execute exactly dlock_acquire, dlock_renew, dlock_release, dlock_acquire_all, dlock_acquire_any, dlock_renew_each, dlock_release_each, dlock_check, the trigger function dlock_fence and the readers dlock_waiters_read, dlock_stats_read and dlock_notifier_read'
 );
 SELECT set_eq(
     $$SELECT c.relname::text COLLATE "default", NULL::text, a.privilege_type::text COLLATE "default"
@@ -103,8 +108,8 @@ SELECT set_eq(
          AND d.deptype = 'e'
          AND a.grantee = 0$$,
     $$VALUES ('dlock_leases', NULL::text, 'SELECT'), ('dlock_waiters', NULL::text, 'SELECT'),
-             ('dlock_stats', NULL::text, 'SELECT')$$,
-    'of the extension''s relations and their columns, PUBLIC holds exactly SELECT on dlock_leases, dlock_waiters and dlock_stats'
+             ('dlock_stats', NULL::text, 'SELECT'), ('dlock_notifier', NULL::text, 'SELECT')$$,
+    'of the extension''s relations and their columns, PUBLIC holds exactly SELECT on dlock_leases, dlock_waiters, dlock_stats and dlock_notifier'
 );
 
 -- An ordinary role.  It gets USAGE on the schema, as any role that uses
@@ -128,7 +133,7 @@ SELECT is_empty(
        WHERE p.pronamespace = pg_catalog.to_regnamespace(pg_catalog.quote_ident(current_schema()))
          AND p.proname IN ('dlock_acquire', 'dlock_renew', 'dlock_release', 'dlock_acquire_all', 'dlock_acquire_any',
                            'dlock_renew_each', 'dlock_release_each', 'dlock_check', 'dlock_fence',
-                           'dlock_waiters_read', 'dlock_stats_read')
+                           'dlock_waiters_read', 'dlock_stats_read', 'dlock_notifier_read')
          AND p.prosecdef$$,
     'none of the functions PUBLIC may execute is SECURITY DEFINER'
 );
@@ -242,10 +247,12 @@ SELECT throws_ok(
     'an ordinary role cannot purge leases'
 );
 
--- The monitoring views are for everyone; resetting the counters is for
--- operators.  (This cluster does not preload dlock: the views have no
--- rows here, specs/race-waiters.spec and specs/stats-counters.spec show
--- them with rows.)
+-- The monitoring views are for everyone (a listener of any role needs
+-- dlock_notifier to tell dlock's events from others'); resetting the
+-- counters is for operators.  (This cluster does not preload dlock: the
+-- views have no rows here, specs/race-waiters.spec,
+-- specs/stats-counters.spec and test/t/018_events.pl show them with
+-- rows.)
 SELECT lives_ok(
     $$SELECT * FROM dlock_waiters$$,
     'an ordinary role can read dlock_waiters'
@@ -261,6 +268,14 @@ SELECT lives_ok(
 SELECT lives_ok(
     $$SELECT * FROM dlock_stats_read()$$,
     'an ordinary role can call dlock_stats_read'
+);
+SELECT lives_ok(
+    $$SELECT * FROM dlock_notifier$$,
+    'an ordinary role can read dlock_notifier'
+);
+SELECT lives_ok(
+    $$SELECT * FROM dlock_notifier_read()$$,
+    'an ordinary role can call dlock_notifier_read'
 );
 SELECT throws_ok(
     $$SELECT dlock_stats_reset()$$,

@@ -1,9 +1,11 @@
 #!/usr/bin/perl
 #
 # test/t/018_events.pl
-#	  Lease events (src/events.c; docs/sql-reference.md, dlock.notify and
-#	  dlock.log_lease_changes): what a real LISTENing client receives on
-#	  channel "dlock", when, and what the server log says.
+#	  Lease events (src/events.c, src/notifier.c; docs/sql-reference.md,
+#	  dlock.notify, the notifier and dlock.log_lease_changes): what a real
+#	  LISTENing client receives on channel "dlock", from which process,
+#	  when, in which order, what the server log says, and that sending
+#	  never makes a lease change wait.
 #
 # The listener is a psql process of its own (IPC::Run, pipes) that ran
 # LISTEN dlock and then polls: each round sends an empty query and reads
@@ -13,13 +15,22 @@
 # whose payloads are parsed with JSON::PP (and checked against the exact
 # form {"event": ..., "lock_name": ..., "token": N, "previous_token": N|null}).
 #
-# Absence is proved without sleeping: after the step under test another
-# session commits NOTIFY dlock, 'sentinel K'.  Notifications reach a
-# listener in commit order, so once the listener has read the sentinel it
-# has read every event committed before it; what the step sent is exactly
-# what came before the sentinel (collect()).
+# Every event must come from the database's notifier: its sender pid is
+# the pid dlock_notifier shows for the database (read after the events
+# arrived; events_are checks it for each).
 #
-# Node "dlock_events": dlock preloaded, max_prepared_transactions = 5.
+# Absence is proved without sleeping: after the step under test, collect()
+# waits until the notifier has taken every record queued so far
+# (dlock_notifier.events_queued = 0; it takes them only after its own
+# commit, or drops those of transactions that did not commit), then
+# another session commits NOTIFY dlock, 'sentinel K'.  Notifications
+# reach a listener in commit order, so once the listener has read the
+# sentinel it has read every event the notifier sent for changes
+# committed before it; what the step sent is exactly what came before the
+# sentinel.
+#
+# Node "dlock_events": dlock preloaded, max_prepared_transactions = 5,
+#   streaming allowed (so that commits can wait for a synchronous standby).
 # Database ev (UTF8): ALTER DATABASE ev SET dlock.notify = on (superuser).
 #   1. Before that setting, nothing is sent (the default is off).
 #   2. One event per change: acquire of a new name (previous_token null),
@@ -29,8 +40,9 @@
 #      names and tokens of the rows), dlock_acquire_all of 3 names (3
 #      events, the returned tokens), dlock_acquire_any, dlock_release_each.
 #   3. Transactions: nothing while the writer's transaction is open, the
-#      event right after its COMMIT, from the writer's backend (the delay
-#      from COMMIT returning to receipt is printed, never asserted);
+#      event right after its COMMIT, from the notifier, not the writer's
+#      backend (the delay from COMMIT returning to receipt is printed,
+#      never asserted);
 #      ROLLBACK sends nothing; ROLLBACK TO SAVEPOINT drops only that
 #      savepoint's events (nested savepoints, RELEASE SAVEPOINT, a PL/pgSQL
 #      exception block); a refused dlock_acquire_all (one member held, with
@@ -54,6 +66,41 @@
 #      detail: token, owner, expiry), none for a
 #      plain acquire or release; all: lines for acquired (new name, after
 #      a token), released and purged too.
+#   8. Order: four pgbench clients acquire and release three names, each
+#      call its own transaction; every name's events alternate acquired
+#      and released, with the released token that of the acquire before,
+#      the acquire's previous_token that of the release before, tokens
+#      growing, and the last one the lease's; nothing dropped.
+#   9. Never waiting: with synchronous_standby_names naming a standby that
+#      does not exist, a session commits NOTIFY and waits for it while
+#      holding PostgreSQL's notification lock; the notifier waits behind
+#      it (wait event Lock/object, its event queued), but a writer with
+#      synchronous_commit = local acquires and releases (their commits
+#      would queue behind that lock if they sent the NOTIFY themselves).
+#      Once the waiting session is cancelled and the setting reset, the
+#      events arrive, in order.
+#  10. Database commands: in database evd with a running notifier, CREATE
+#      DATABASE ... TEMPLATE evd, ALTER DATABASE evd SET TABLESPACE,
+#      ALTER DATABASE evd RENAME and DROP DATABASE succeed (each stops
+#      the notifier first); after the first three a lease change starts a
+#      new notifier and its event arrives; after the DROP the view has no
+#      row for it.  An ordinary role's failing DROP DATABASE stops nothing
+#      (062_hostile_events.pl).
+#  11. Restart: the notifier terminated by a superuser is started again by
+#      the next lease change with an event, with a new pid that the view
+#      shows and the event comes from.
+#  12. A full queue: a transaction whose events do not fit in the queue
+#      (dlock.notify_queue_size, 256 kB) sends one "overflow" event with
+#      the number of its changes instead, with a WARNING, and the view
+#      counts them as dropped.
+# Node "dlock_events_small": max_worker_processes = 2 (the logical
+#   replication launcher takes one), dlock.notify_queue_size = 64kB.
+#  13. The first database's notifier takes the last worker slot; a
+#      second database's lease change warns that no background worker
+#      slot is free and sends nothing, and the view counts its event as
+#      dropped.
+# Without preload (sql/monitoring.sql): dlock.notify sends nothing, with
+# one WARNING per session, and dlock_notifier has no rows.
 #
 # Every wait is bounded ($PostgreSQL::Test::Utils::timeout_default).
 #
@@ -73,7 +120,7 @@ use Time::HiRes ();
 my $timeout = $PostgreSQL::Test::Utils::timeout_default;
 
 my $node = PostgreSQL::Test::Cluster->new('dlock_events');
-$node->init;
+$node->init(allows_streaming => 1);    # max_wal_senders > 0: commits can wait for a standby (9.)
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'dlock'
@@ -104,7 +151,7 @@ GRANT EXECUTE ON FUNCTION dlock_break(text) TO evops;
 my $json = JSON::PP->new->utf8;
 
 # The exact form of a payload (src/events.c, event_payload).
-my $payload_form = qr/\A\{"event": "(?:acquired|taken_over|released|broken|purged)", "lock_name": ".*", "token": [1-9][0-9]*, "previous_token": (?:[1-9][0-9]*|null)\}\z/s;
+my $payload_form = qr/\A(?:\{"event": "(?:acquired|taken_over|released|broken|purged)", "lock_name": ".*", "token": [1-9][0-9]*, "previous_token": (?:[1-9][0-9]*|null)\}|\{"event": "overflow", "lock_name": null, "token": null, "previous_token": null, "count": [1-9][0-9]*\})\z/s;
 
 # listener_start($db, $name) starts a psql process on database $db that
 # runs LISTEN dlock, and returns it (a hash: run, in, out, err, timer,
@@ -176,6 +223,26 @@ sub listener_poll
 	return @notes;
 }
 
+# notifier_pid($db) returns the pid dlock_notifier shows for database $db
+# ('' when it has none).
+sub notifier_pid
+{
+	my ($db) = @_;
+	return $node->safe_psql($db,
+		'SELECT pid FROM dlock_notifier WHERE datname = current_database()');
+}
+
+# drained($db) waits until the notifier of $db has taken every record
+# queued so far (events_queued = 0, or no row: nothing was ever queued).
+sub drained
+{
+	my ($db) = @_;
+	$node->poll_query_until($db,
+		'SELECT coalesce((SELECT events_queued = 0 FROM dlock_notifier WHERE datname = current_database()), true)'
+	) or die "the notifier of $db did not take its queued events";
+	return;
+}
+
 # decode($n) adds to notification $n its decoded payload (json) and
 # whether the payload has the exact documented form (form_ok).
 sub decode
@@ -189,13 +256,16 @@ sub decode
 
 my $sentinel = 0;
 
-# collect($l) commits NOTIFY dlock, 'sentinel K' from a new session of
-# $l's database, reads until $l has received it, and returns the events
-# received before it (decoded; see the file header).
+# collect($l) waits until the notifier of $l's database has taken what
+# was queued, commits NOTIFY dlock, 'sentinel K' from a new session of that
+# database, reads until $l has received it, and returns the events
+# received before it (decoded; see the file header), each with from_pid,
+# the pid dlock_notifier shows then.
 sub collect
 {
 	my ($l) = @_;
 	my $k = ++$sentinel;
+	drained($l->{db});
 	$node->safe_psql($l->{db}, "SELECT pg_notify('dlock', 'sentinel $k')");
 	my @events;
 	my $start = time;
@@ -207,6 +277,8 @@ sub collect
 			if ($n->{payload} eq "sentinel $k")
 			{
 				$l->{pending} = \@notes;
+				my $pid = notifier_pid($l->{db});
+				$_->{from_pid} = $pid for @events;
 				return @events;
 			}
 			die "listener $l->{name}: an old sentinel: $n->{payload}"
@@ -250,6 +322,10 @@ sub events_are
 	my @bad = grep { !$_->{form_ok} } @$got;
 	is(scalar(@bad), 0, "$what: every payload has the documented form")
 	  or diag('payloads: ' . join("\n", map { $_->{payload} } @bad));
+	my @foreign = grep { !defined $_->{from_pid} || $_->{pid} ne $_->{from_pid} } @$got;
+	is(scalar(@foreign), 0,
+		"$what: every event comes from the pid dlock_notifier shows for the database")
+	  or diag(join("\n", map { "pid $_->{pid} (notifier: " . ($_->{from_pid} // '?') . "): $_->{payload}" } @foreign));
 	return;
 }
 
@@ -298,6 +374,7 @@ sub expire
 
 my $l = listener_start('ev', 'ev');
 is(one('ev', 'SHOW dlock.notify'), 'off', 'dlock.notify is off by default');
+is(one('ev', 'SHOW dlock.notify_queue_size'), '256kB', 'dlock.notify_queue_size is 256kB by default');
 {
 	my $t = acquire('ev', 'off1', '10 min');
 	one('ev', "SELECT dlock_release('off1', $t)");
@@ -420,9 +497,10 @@ my %tok;
 			push @got, map { decode($_) } listener_poll($l);
 		}
 		my $t2 = Time::HiRes::time();
+		$_->{from_pid} = notifier_pid('ev') for @got;
 		events_are(\@got, [ ev('acquired', $name, $t, undef) ],
 			"open transaction $round: the event arrives after COMMIT");
-		is($got[0]{pid}, $w->{pid}, "open transaction $round: sent by the writer's backend")
+		isnt($got[0]{pid}, $w->{pid}, "open transaction $round: not sent by the writer's backend")
 		  if @got;
 		push @delays, sprintf('%.1f', ($t2 - $t1) * 1000);
 		note sprintf(
@@ -802,9 +880,287 @@ sub lease_of
 	collect($l);
 }
 
+# ---------------------------------------------------------------------
+# 8. One name's events arrive in the order its changes committed.
+# ---------------------------------------------------------------------
+
+{
+	my $dropped0 = one('ev', "SELECT events_dropped FROM dlock_notifier WHERE datname = 'ev'");
+	collect($l);
+	$node->pgbench(
+		'-n -c 4 -j 4 -t 150',
+		0,
+		[qr{number of transactions actually processed: 600/600}],
+		[qr{^$}],
+		'pgbench: four clients acquire and release three names',
+		{
+			'018_order.sql' => q{
+\set n random(1, 3)
+SELECT coalesce(dlock_acquire('order:' || :n, '10 min'), 0) AS tok \gset
+\if :tok
+SELECT dlock_release('order:' || :n, :tok);
+\endif
+}
+		},
+		'ev');
+	my @got = collect($l);
+	my @foreign = grep { $_->{pid} ne $_->{from_pid} } @got;
+	is(scalar(@foreign), 0, 'order: every event comes from the notifier');
+	my %seq;
+	push @{ $seq{ $_->{json}{lock_name} // '' } }, $_->{json} for @got;
+	is_deeply([ sort keys %seq ], [ 'order:1', 'order:2', 'order:3' ],
+		'order: events of the three names, and of nothing else');
+	for my $name (sort keys %seq)
+	{
+		my @bad;
+		my ($last_released, $last_token) = (0, 0);
+		my $expect = 'acquired';
+		for my $e (@{ $seq{$name} })
+		{
+			my $ok;
+			if ($expect eq 'acquired')
+			{
+				$ok = $e->{event} eq 'acquired' && $e->{token} > $last_token
+				  && ($e->{previous_token} // 0) == $last_released;
+				$last_token = $e->{token};
+				$expect = 'released';
+			}
+			else
+			{
+				$ok = $e->{event} eq 'released' && $e->{token} == $last_token;
+				$last_released = $e->{token};
+				$expect = 'acquired';
+			}
+			push @bad, "$e->{event} $e->{token}" unless $ok;
+		}
+		is(scalar(@bad), 0,
+			"order: $name: " . scalar(@{ $seq{$name} }) . ' events alternate acquired and released, tokens growing, each previous_token the release before')
+		  or diag('out of order: ' . join(', ', @bad[ 0 .. ($#bad < 9 ? $#bad : 9) ]));
+		is($seq{$name}[-1]{token}, one('ev', "SELECT token FROM dlock_leases WHERE lock_name = '$name'"),
+			"order: $name: the last event has the lease's token");
+		is($seq{$name}[-1]{event}, 'released', "order: $name: the last event is its last release");
+	}
+	is(one('ev', "SELECT events_dropped FROM dlock_notifier WHERE datname = 'ev'"), $dropped0,
+		'order: nothing dropped');
+}
+
+# ---------------------------------------------------------------------
+# 9. A lease change never waits for the notifier, nor for PostgreSQL's
+#    notification lock.
+# ---------------------------------------------------------------------
+
+{
+	my $npid = notifier_pid('ev');
+	like($npid, qr/\A[0-9]+\z/, 'stall: the notifier of ev runs');
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM SET synchronous_standby_names = 'nosuch'; SELECT pg_reload_conf()");
+	$node->poll_query_until('postgres', "SELECT current_setting('synchronous_standby_names') = 'nosuch'")
+	  or die 'synchronous_standby_names not set';
+
+	# a session holding the notification lock while its commit waits for a
+	# standby that never answers
+	my $x = bg_session($node, 'blocker', 'ev');
+	bg_start($x, "BEGIN; CREATE TEMP TABLE blk (i int); NOTIFY evblock; COMMIT;");
+	$node->poll_query_until('postgres',
+		"SELECT wait_event = 'SyncRep' FROM pg_stat_activity WHERE pid = $x->{pid}")
+	  or die 'the blocker does not wait for the standby';
+
+	# the lease changes of a writer that does not wait for standbys
+	my $w = bg_session($node, 'writer9', 'ev');
+	$w->{bg}->query_safe('SET synchronous_commit = local');
+	bg_start($w, q{SELECT dlock_acquire('stall:1', '10 min') AS tok \gset
+SELECT dlock_release('stall:1', :tok);
+SELECT dlock_acquire('stall:2', '10 min');});
+	ok( $node->poll_query_until(
+			'postgres', "SELECT state = 'idle' AND query LIKE 'SELECT dlock_acquire(''stall:2''%' FROM pg_stat_activity WHERE pid = $w->{pid}"
+		),
+		'stall: acquire, release and acquire commit while another session holds the notification lock');
+	my ($out, $state) = bg_finish($w);
+	is($state, '00000', 'stall: the writer\'s calls succeeded') or diag($out);
+	my $t1 = one('ev', "SELECT token FROM dlock_leases WHERE lock_name = 'stall:1'");
+	my $t2 = one('ev', "SELECT token FROM dlock_leases WHERE lock_name = 'stall:2'");
+	ok( $node->poll_query_until(
+			'postgres', "SELECT wait_event_type = 'Lock' AND wait_event = 'object' FROM pg_stat_activity WHERE pid = $npid"
+		),
+		'stall: the notifier waits for the notification lock');
+	cmp_ok(one('ev', "SELECT events_queued FROM dlock_notifier WHERE datname = 'ev'"), '>=', 1,
+		'stall: the events wait in the queue');
+
+	# let go: the blocker's wait is cancelled (its commit stands)
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend($x->{pid})");
+	bg_finish($x);
+	$node->safe_psql('postgres',
+		"ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()");
+	$node->poll_query_until('postgres', "SELECT current_setting('synchronous_standby_names') = ''")
+	  or die 'synchronous_standby_names not reset';
+	events_are(
+		[ collect($l) ],
+		[
+			ev('acquired', 'stall:1', $t1, undef),
+			ev('released', 'stall:1', $t1, undef),
+			ev('acquired', 'stall:2', $t2, undef)
+		],
+		'stall: the events arrive once the lock is free, in order');
+	bg_close($w);
+	bg_close($x);
+}
+
+# ---------------------------------------------------------------------
+# 10. Database commands stop the notifier of their database.
+# ---------------------------------------------------------------------
+
+{
+	$node->safe_psql('postgres', q{
+CREATE DATABASE evd ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+SET allow_in_place_tablespaces = on;
+CREATE TABLESPACE evtbs LOCATION '';
+});
+	$node->safe_psql('evd', 'CREATE EXTENSION dlock');
+	$node->safe_psql('postgres', 'ALTER DATABASE evd SET dlock.notify = on');
+
+	# start_change($db, $name) starts a listener on $db, acquires $name
+	# there and checks its event comes from the notifier; returns the
+	# notifier's pid, the listener closed.
+	my $start_change = sub {
+		my ($db, $name) = @_;
+		my $ld = listener_start($db, $db);
+		my $t = acquire($db, $name, '10 min');
+		events_are([ collect($ld) ], [ ev('acquired', $name, $t, undef) ],
+			"$db: the event of $name");
+		$ld->{in} .= "\\q\n";
+		$ld->{run}->finish;
+		return notifier_pid($db);
+	};
+
+	my $pid1 = $start_change->('evd', 'd:1');
+	like($pid1, qr/\A[0-9]+\z/, 'evd has a notifier');
+	my ($state, $out, $err) = sqlstate_of($node, 'CREATE DATABASE evd2 TEMPLATE evd');
+	is($state, '00000', 'CREATE DATABASE evd2 TEMPLATE evd succeeds while evd has a notifier')
+	  or diag($err);
+	is(notifier_pid('evd'), '', 'CREATE DATABASE ... TEMPLATE: the view shows evd\'s notifier stopped');
+	my $pid2 = $start_change->('evd', 'd:2');
+	like($pid2, qr/\A[0-9]+\z/, 'after CREATE DATABASE ... TEMPLATE: a lease change starts a notifier again');
+	isnt($pid2, $pid1, 'a new one');
+
+	($state, $out, $err) = sqlstate_of($node, 'ALTER DATABASE evd SET TABLESPACE evtbs');
+	is($state, '00000', 'ALTER DATABASE evd SET TABLESPACE succeeds while evd has a notifier')
+	  or diag($err);
+	my $pid3 = $start_change->('evd', 'd:3');
+	like($pid3, qr/\A[0-9]+\z/, 'after SET TABLESPACE: a notifier again');
+
+	($state, $out, $err) = sqlstate_of($node, 'ALTER DATABASE evd RENAME TO evd3');
+	is($state, '00000', 'ALTER DATABASE evd RENAME TO evd3 succeeds while evd has a notifier')
+	  or diag($err);
+	my $pid4 = $start_change->('evd3', 'd:4');
+	like($pid4, qr/\A[0-9]+\z/, 'after RENAME: a notifier again');
+
+	($state, $out, $err) = sqlstate_of($node, 'DROP DATABASE evd3');
+	is($state, '00000', 'DROP DATABASE evd3 succeeds while it has a notifier') or diag($err);
+	is( $node->safe_psql('ev',
+			"SELECT count(*) FROM dlock_notifier n WHERE n.datid NOT IN (SELECT oid FROM pg_database)"),
+		'0',
+		'DROP DATABASE: the view has no row for the dropped database');
+	($state, $out, $err) = sqlstate_of($node, 'DROP DATABASE evd2');
+	is($state, '00000', 'DROP DATABASE evd2 (made from the template)') or diag($err);
+}
+
+# ---------------------------------------------------------------------
+# 11. The notifier terminated by a superuser is started again.
+# ---------------------------------------------------------------------
+
+{
+	my $old = notifier_pid('ev');
+	like($old, qr/\A[0-9]+\z/, 'restart: ev has a notifier');
+	$node->safe_psql('ev', "SELECT pg_terminate_backend($old)");
+	$node->poll_query_until('ev',
+		"SELECT pid IS NULL FROM dlock_notifier WHERE datname = 'ev'")
+	  or die 'the notifier did not exit';
+	my $t = acquire('ev', 'restart:1', '10 min');
+	my @got = collect($l);
+	events_are(\@got, [ ev('acquired', 'restart:1', $t, undef) ],
+		'restart: the next lease change is sent');
+	my $new = notifier_pid('ev');
+	like($new, qr/\A[0-9]+\z/, 'restart: ev has a notifier again');
+	isnt($new, $old, 'restart: with a new pid, which the view shows and the event came from');
+}
+
+# ---------------------------------------------------------------------
+# 12. A transaction whose events do not fit in the queue.
+# ---------------------------------------------------------------------
+
+{
+	my $dropped0 = one('ev', "SELECT events_dropped FROM dlock_notifier WHERE datname = 'ev'");
+	my $n = 1000;    # 200-byte names: about 300 kB of events, the queue has 256 kB
+	my ($out, $err);
+	$node->psql(
+		'ev',
+		"SELECT cardinality(dlock_acquire_all(array_agg('full:' || i || repeat('x', 200)), '10 min')) FROM generate_series(1, $n) i",
+		stdout => \$out,
+		stderr => \$err);
+	is($out, $n, "full queue: $n names acquired in one transaction");
+	like($err, qr/WARNING:  dlock: $n lease events of this transaction not queued: the notifier's queue is full/,
+		'full queue: a WARNING says so');
+	my @got = collect($l);
+	events_are(\@got,
+		[ { event => 'overflow', lock_name => undef, token => undef, previous_token => undef, count => $n } ],
+		'full queue: one overflow event with the number of changes instead');
+	is(one('ev', "SELECT events_dropped FROM dlock_notifier WHERE datname = 'ev'"), $dropped0 + $n,
+		'full queue: dlock_notifier counts them as dropped');
+
+	# a transaction that fits goes through as before
+	my $t = acquire('ev', 'after-full', '10 min');
+	events_are([ collect($l) ], [ ev('acquired', 'after-full', $t, undef) ],
+		'full queue: the next transaction\'s event is sent');
+}
+
 $l->{in} .= "\\q\n";
 $l->{run}->finish;
 
 is(scalar(crash_lines($node)), 0, 'no crash or failed assertion in the server log');
 $node->stop;
+
+# ---------------------------------------------------------------------
+# 13. No background worker slot for the notifier.
+# ---------------------------------------------------------------------
+
+{
+	my $small = PostgreSQL::Test::Cluster->new('dlock_events_small');
+	$small->init;
+	$small->append_conf(
+		'postgresql.conf', q{
+shared_preload_libraries = 'dlock'
+max_worker_processes = 2
+dlock.notify_queue_size = 64kB
+});
+	$small->start;
+	is($small->safe_psql('postgres', 'SHOW dlock.notify_queue_size'), '64kB',
+		'small: dlock.notify_queue_size = 64kB');
+	ok( $small->poll_query_until('postgres',
+			"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'logical replication launcher'"),
+		'small: the logical replication launcher takes one of the two worker slots');
+	for my $db (qw(sa sb))
+	{
+		$small->safe_psql('postgres', "CREATE DATABASE $db");
+		$small->safe_psql($db, 'CREATE EXTENSION dlock');
+		$small->safe_psql('postgres', "ALTER DATABASE $db SET dlock.notify = on");
+	}
+	my ($out, $err);
+	$small->psql('sa', "SELECT dlock_acquire('w', '10 min') IS NOT NULL",
+		stdout => \$out, stderr => \$err);
+	is($err, '', 'small: sa\'s notifier takes the last worker slot, without a warning');
+	$small->poll_query_until('sa', "SELECT pid IS NOT NULL FROM dlock_notifier WHERE datname = 'sa'")
+	  or die 'no notifier in sa';
+	$small->psql('sb', "SELECT dlock_acquire('w', '10 min') IS NOT NULL",
+		stdout => \$out, stderr => \$err);
+	is($out, 't', 'small: sb\'s lease change commits');
+	like($err, qr/WARNING:  dlock: 1 lease events not sent: no background worker slot is free for the notifier of database [0-9]+/,
+		'small: with a WARNING that no background worker slot is free');
+	is( $small->safe_psql('sb',
+			"SELECT pid IS NULL, events_dropped, events_queued FROM dlock_notifier WHERE datname = 'sb'"),
+		't|1|0',
+		'small: sb has no notifier, and its event counts as dropped');
+	is(scalar(crash_lines($small)), 0, 'small: no crash or failed assertion in the server log');
+	$small->stop;
+}
+
 done_testing();

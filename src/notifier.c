@@ -1,0 +1,1267 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/notifier.c
+ *	  The notifier: one background worker per database that sends dlock's
+ *	  lease events, so that a listener can tell them from anyone else's
+ *	  NOTIFY by the sender's pid (the dlock_notifier view shows it).
+ *
+ * Committers never NOTIFY.  At pre-commit, a transaction whose lease
+ * changes are to be sent (events.c) appends their payloads, tagged with
+ * its top-level transaction id, to its database's queue in shared memory,
+ * and sets the notifier's latch once it has committed or aborted.  The
+ * notifier, a background worker connected to that database, takes the
+ * records in queue order; for each transaction it waits until the
+ * transaction is no longer in progress, then sends its records
+ * (Async_Notify, in transactions of the notifier's own) if it committed
+ * and drops them if it did not.  So:
+ *
+ *   - listeners hear only of committed changes, once the change is
+ *     visible to others (a transaction stops being in progress after its
+ *     commit record, after clog, when it leaves the proc array), never of
+ *     rolled-back ones; what a rolled-back savepoint made never reaches the
+ *     queue (events.c);
+ *   - the events of one lock name arrive in the order its changes
+ *     committed.  A change of a lease row holds the row's lock (or, for a
+ *     name's first row, dlock's name lock and the new row) until its
+ *     transaction ends, and no other change of that name can be made
+ *     before then (design.md section 5, src/store.c): a later change of
+ *     the name reaches pre-commit, and the queue, only after the earlier
+ *     one's transaction has ended, so after its append.  The notifier
+ *     sends in queue order, from one process whose transactions commit one
+ *     after the other, and PostgreSQL delivers one sender's notifications
+ *     in its commit order;
+ *   - a committer never waits for the notifier and never takes
+ *     PostgreSQL's notification lock (PreCommit_Notify's cluster-wide
+ *     lock, held until the commit has ended): appending is a copy into
+ *     shared memory under this file's LWLock, and a queue without room
+ *     for the transaction's records takes one "overflow" record in their
+ *     place (or nothing, when even that does not fit), with a WARNING and
+ *     a count in dlock_notifier.events_dropped;
+ *   - the notifier commits with synchronous_commit = off: its commits wait
+ *     neither for a WAL flush nor for a synchronous standby (a lost
+ *     notifier commit only loses notifications, which a crash loses
+ *     anyway).  It sends nothing while PostgreSQL's notification queue is
+ *     more than half full (a listener stopped reading), dropping and
+ *     counting what it would have sent, and sends one "overflow" event for
+ *     them once it can send again.  PostgreSQL merges identical
+ *     notifications of one transaction, so the notifier never puts two
+ *     "overflow" events into one transaction;
+ *   - a PREPAREd transaction never reaches pre-commit and appends nothing.
+ *
+ * The notifier's life: the first committer of a database with records to
+ * send registers it (RegisterDynamicBackgroundWorker, never restarted by
+ * the postmaster); it attaches to its database's slot (a start
+ * generation in bgw_extra makes a late or second worker exit at once),
+ * connects as the bootstrap superuser (so only superusers can signal it),
+ * and runs until the server stops, a superuser terminates it, or a
+ * database command needs it gone; the next committer with records
+ * starts another.  When no background worker slot is free
+ * (max_worker_processes), the database's queued records are dropped with
+ * a WARNING and counted.  A registered worker that has not attached after
+ * NOTIFIER_START_TIMEOUT_MS is taken as lost and registered again.
+ *
+ * Database commands: DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER
+ * DATABASE ... RENAME and ... SET TABLESPACE fail while another process
+ * is connected to the database (CountOtherDBBackends waits 5 s, in 15, 17
+ * and 18).  dlock's ProcessUtility_hook (every backend has it: dlock is
+ * preloaded) stops that database's notifier first, when the user owns the
+ * database: it marks the slot stopped by its own pid (no notifier starts
+ * while that backend lives and the mark stays), sends the notifier
+ * SIGTERM and waits up to NOTIFIER_STOP_WAIT_MS for it to leave the proc
+ * array, runs the command, then clears the mark; after a DROP it frees
+ * the slot and drops its records, otherwise it starts a notifier again
+ * when records are queued.  A worker that finds its slot stopped exits
+ * before connecting.
+ *
+ * Without preload there is no shared memory and no notifier: dlock.notify
+ * then sends nothing (events.c warns once per session), and the view has
+ * no rows.  dlock.notify_queue_size = 0 does the same with preload.
+ *
+ * Memory: one slot per possible notifier (max_worker_processes), each
+ * with a ring of dlock.notify_queue_size kB for its database's records.
+ * A record (NotifyRecord, MAXALIGNed) never wraps: a writer that reaches
+ * the ring's end marks the rest unused (size 0) and goes on at its start.
+ * head and tail are byte counts that only grow; the ring holds
+ * head - tail bytes.
+ *
+ * Concurrency: the "dlock notify" LWLock (one, its own tranche).
+ * Exclusive to take, reassign or free a slot, to append records (move
+ * head), to move tail, and to change a slot's state, pid, stop mark or
+ * counters; shared to read them (the view, the wake-up, the notifier's
+ * look at head).  The bytes from tail to head are written only by an
+ * appender before it moves head, and read only by the slot's notifier,
+ * which alone moves tail, after it is done with them; an appender writes
+ * only between head and tail + ring size, which it reads under the lock.
+ * So the notifier reads records without the lock.  Lock order: this lock
+ * may be held while BackendPidGetProc takes ProcArrayLock; nothing else
+ * is taken under it, nothing waits under it, and latches are set and
+ * signals sent after it is released.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "access/transam.h"
+#include "access/xact.h"
+#include "commands/async.h"
+#include "commands/dbcommands.h"
+#include "commands/defrem.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "tcop/tcopprot.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "dlock.h"
+
+/* dlock.notify_queue_size: kB of queue per database (0: no notifier) */
+int			dlock_notify_queue_size = 256;
+
+/* The channel of lease events. */
+#define DLOCK_NOTIFY_CHANNEL	"dlock"
+
+/* Above this share of the notification queue in use, events are dropped. */
+#define DLOCK_NOTIFY_QUEUE_LIMIT	0.5
+
+/* The queue's use is read again after this long, or for this many events. */
+#define DLOCK_NOTIFY_QUEUE_CHECK_MS		1000
+#define DLOCK_NOTIFY_QUEUE_CHECK_EVENTS 1000
+
+/* The most records the notifier sends in one transaction of its own. */
+#define NOTIFIER_BATCH			1000
+
+/* A registered notifier that has not attached by then is registered again. */
+#define NOTIFIER_START_TIMEOUT_MS	10000
+
+/* How long the notifier sleeps before it looks at a running transaction again. */
+#define NOTIFIER_XACT_POLL_MS	1000
+
+/* How long a database command waits for the notifier it stopped to exit. */
+#define NOTIFIER_STOP_WAIT_MS	5000
+#define NOTIFIER_STOP_POLL_MS	10
+
+typedef enum NotifierState
+{
+	NOTIFIER_NONE,				/* none: the next committer starts one */
+	NOTIFIER_STARTING,			/* registered, not attached yet */
+	NOTIFIER_RUNNING			/* attached: pid is set */
+} NotifierState;
+
+/* A database's queue and notifier. */
+typedef struct NotifierSlot
+{
+	Oid			dboid;			/* InvalidOid: free */
+	NotifierState state;
+	uint32		generation;		/* of the last start request */
+	TimestampTz requested_at;	/* when it was made */
+	int			pid;			/* the notifier, when RUNNING */
+	int			procno;			/* its PGPROC number (its latch) */
+	TimestampTz started_at;		/* when it attached */
+	int			stop_pid;		/* a backend running a database command
+								 * that needs the notifier gone; 0: none */
+	uint64		sent;			/* notifications sent */
+	uint64		dropped;		/* lease changes not sent (file header) */
+	uint64		queued;			/* records in the ring */
+	uint64		head;			/* bytes ever appended */
+	uint64		tail;			/* bytes ever taken by the notifier */
+} NotifierSlot;
+
+typedef struct NotifierShared
+{
+	LWLock	   *lock;
+	int			nslots;
+	Size		ring_size;		/* bytes per ring, MAXALIGNed */
+	NotifierSlot slots[FLEXIBLE_ARRAY_MEMBER];
+	/* then nslots rings of ring_size bytes, from rings_offset() */
+} NotifierShared;
+
+/* One queued event; size 0 marks the rest of the ring unused. */
+typedef struct NotifyRecord
+{
+	uint32		size;			/* bytes of the record, MAXALIGNed */
+	TransactionId xid;			/* the top-level transaction */
+	int64		overflow;		/* an "overflow" event: the changes it
+								 * stands for; 0: any other event */
+	bool		counted;		/* its changes count as dropped already */
+	char		payload[FLEXIBLE_ARRAY_MEMBER];	/* NUL-terminated JSON */
+} NotifyRecord;
+
+/* What a notifier is started for (bgw_extra). */
+typedef struct NotifierStart
+{
+	Oid			dboid;
+	int			slotno;
+	uint32		generation;
+} NotifierStart;
+
+static NotifierShared *notifier_shmem = NULL;
+
+/* The slot the current transaction appended to (-1: none); woken at its end. */
+static int	wake_slotno = -1;
+
+/* This backend's database's slot, as last found (checked under the lock). */
+static int	my_slotno = -1;
+
+/* In the notifier: its slot, whether it connected, and the queue's use. */
+static int	notifier_slotno = -1;
+static bool notifier_connected = false;
+static TimestampTz queue_checked_at = 0;
+static double queue_usage = 0;
+static int	queue_checked_events = 0;
+
+/* In the notifier: changes dropped since it last sent, for an overflow event. */
+static int64 unsent_overflow = 0;
+
+static ProcessUtility_hook_type prev_utility_hook = NULL;
+
+PGDLLEXPORT void dlock_notifier_main(Datum main_arg);
+
+/*
+ * notifier_nslots returns the number of slots: one per background worker
+ * that could run.
+ */
+static int
+notifier_nslots(void)
+{
+	return dlock_notify_queue_size > 0 ? max_worker_processes : 0;
+}
+
+/*
+ * notifier_ring_size returns the bytes of one ring.
+ */
+static Size
+notifier_ring_size(void)
+{
+	return (Size) TYPEALIGN_DOWN(MAXIMUM_ALIGNOF,
+								 (Size) dlock_notify_queue_size * 1024);
+}
+
+/*
+ * rings_offset returns where the rings start in the shared struct.
+ */
+static Size
+rings_offset(int nslots)
+{
+	return MAXALIGN(add_size(offsetof(NotifierShared, slots),
+							 mul_size(nslots, sizeof(NotifierSlot))));
+}
+
+/*
+ * DlockNotifierShmemSize returns the bytes of shared memory the notifiers'
+ * slots and queues need (none when dlock.notify_queue_size is 0).
+ */
+Size
+DlockNotifierShmemSize(void)
+{
+	int			nslots = notifier_nslots();
+
+	if (nslots == 0)
+		return 0;
+	return add_size(rings_offset(nslots),
+					mul_size(nslots, notifier_ring_size()));
+}
+
+/*
+ * DlockNotifierShmemInit attaches to (or, first, sets up) the notifiers'
+ * shared memory.  Called from shmem_startup under AddinShmemInitLock.
+ */
+void
+DlockNotifierShmemInit(void)
+{
+	bool		found;
+	int			nslots = notifier_nslots();
+
+	if (nslots == 0)
+		return;
+	notifier_shmem = ShmemInitStruct("dlock notify", DlockNotifierShmemSize(),
+									 &found);
+	if (!found)
+	{
+		notifier_shmem->lock = &(GetNamedLWLockTranche("dlock notify"))->lock;
+		notifier_shmem->nslots = nslots;
+		notifier_shmem->ring_size = notifier_ring_size();
+		memset(notifier_shmem->slots, 0, sizeof(NotifierSlot) * nslots);
+	}
+}
+
+/*
+ * DlockNotifierAvailable reports whether lease events can be queued: dlock
+ * is preloaded and dlock.notify_queue_size is not 0.
+ */
+bool
+DlockNotifierAvailable(void)
+{
+	return notifier_shmem != NULL;
+}
+
+/*
+ * slot_ring returns the ring of slot slotno.
+ */
+static char *
+slot_ring(int slotno)
+{
+	Assert(slotno >= 0 && slotno < notifier_shmem->nslots);
+	return (char *) notifier_shmem + rings_offset(notifier_shmem->nslots) +
+		(Size) slotno * notifier_shmem->ring_size;
+}
+
+/*
+ * slot_reset makes slot an empty slot of database dboid (InvalidOid: a
+ * free one).  Caller holds the lock exclusively; nothing runs for it.
+ */
+static void
+slot_reset(NotifierSlot *slot, Oid dboid)
+{
+	uint32		generation = slot->generation;
+
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	Assert(slot->state != NOTIFIER_RUNNING);
+	memset(slot, 0, sizeof(NotifierSlot));
+	slot->dboid = dboid;
+	/* a worker registered for the slot's last user must not attach */
+	slot->generation = generation + 1;
+}
+
+/*
+ * slot_drop_queued drops every record in slot's ring and counts them as
+ * dropped.  Caller holds the lock exclusively, and the slot has no
+ * notifier that could be reading them.
+ */
+static void
+slot_drop_queued(NotifierSlot *slot)
+{
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	Assert(slot->state != NOTIFIER_RUNNING);
+	slot->dropped += slot->queued;
+	slot->queued = 0;
+	slot->tail = slot->head;
+}
+
+/*
+ * slot_stopped reports whether a database command has stopped slot's
+ * notifier and still runs; clears the mark of a backend that exited
+ * without clearing it (FATAL).  Caller holds the lock exclusively.  Takes
+ * ProcArrayLock.
+ */
+static bool
+slot_stopped(NotifierSlot *slot)
+{
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	if (slot->stop_pid == 0)
+		return false;
+	if (BackendPidGetProc(slot->stop_pid) != NULL)
+		return true;
+	slot->stop_pid = 0;
+	return false;
+}
+
+/*
+ * slot_of_database returns the number of database dboid's slot, or -1
+ * when it has none.  Caller holds the lock.
+ */
+static int
+slot_of_database(Oid dboid)
+{
+	int			i;
+
+	Assert(OidIsValid(dboid));
+	for (i = 0; i < notifier_shmem->nslots; i++)
+		if (notifier_shmem->slots[i].dboid == dboid)
+			return i;
+	return -1;
+}
+
+/*
+ * my_slot returns the current database's slot, taking a free one when it
+ * has none, or else one that no notifier uses, nothing stops and whose
+ * queue is empty (its database's row leaves the view); -1 when there is
+ * no slot to take.  Caller holds the lock exclusively.
+ */
+static int
+my_slot(void)
+{
+	int			i;
+	int			pass;
+
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	if (my_slotno >= 0 &&
+		notifier_shmem->slots[my_slotno].dboid == MyDatabaseId)
+		return my_slotno;
+	my_slotno = slot_of_database(MyDatabaseId);
+	if (my_slotno >= 0)
+		return my_slotno;
+	for (pass = 0; pass < 2; pass++)
+	{
+		for (i = 0; i < notifier_shmem->nslots; i++)
+		{
+			NotifierSlot *slot = &notifier_shmem->slots[i];
+
+			if (pass == 0 ? !OidIsValid(slot->dboid) :
+				(slot->state == NOTIFIER_NONE && slot->head == slot->tail &&
+				 !slot_stopped(slot)))
+			{
+				slot_reset(slot, MyDatabaseId);
+				my_slotno = i;
+				return i;
+			}
+		}
+	}
+	return -1;
+}
+
+/*
+ * ring_put writes a record (xid, overflow, counted, payload) at *pos of
+ * slot's ring and moves *pos past it, when the ring has room between *pos
+ * and the slot's tail; returns false (writing nothing that counts) when
+ * not.  Caller holds the lock exclusively; the record is not queued until
+ * the caller moves head.
+ */
+static bool
+ring_put(NotifierSlot *slot, char *ring, uint64 *pos, TransactionId xid,
+		 const char *payload, int64 overflow, bool counted)
+{
+	Size		ring_size = notifier_shmem->ring_size;
+	Size		len = strlen(payload);
+	Size		size = MAXALIGN(offsetof(NotifyRecord, payload) + len + 1);
+	Size		off = (Size) (*pos % ring_size);
+	Size		skip = 0;
+	NotifyRecord *rec;
+
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	Assert(*pos >= slot->head && *pos - slot->tail <= ring_size);
+	if (ring_size - off < size)
+		skip = ring_size - off;
+	if (size > ring_size || *pos - slot->tail + skip + size > ring_size)
+		return false;
+	if (skip > 0)
+	{
+		/* the rest of the ring stays unused: a size 0 says so */
+		Assert(skip >= sizeof(uint32));
+		*(uint32 *) (ring + off) = 0;
+		*pos += skip;
+		off = 0;
+	}
+	rec = (NotifyRecord *) (ring + off);
+	rec->size = (uint32) size;
+	rec->xid = xid;
+	rec->overflow = overflow;
+	rec->counted = counted;
+	memcpy(rec->payload, payload, len + 1);
+	*pos += size;
+	return true;
+}
+
+/*
+ * notifier_register registers the notifier of database dboid for slot
+ * slotno, start generation generation; false when no background worker
+ * slot is free.
+ */
+static bool
+notifier_register(Oid dboid, int slotno, uint32 generation)
+{
+	BackgroundWorker worker;
+	NotifierStart start;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS |
+		BGWORKER_BACKEND_DATABASE_CONNECTION;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = BGW_NEVER_RESTART;
+	snprintf(worker.bgw_library_name, sizeof(worker.bgw_library_name), "dlock");
+	snprintf(worker.bgw_function_name, sizeof(worker.bgw_function_name),
+			 "dlock_notifier_main");
+	snprintf(worker.bgw_name, sizeof(worker.bgw_name),
+			 "dlock notifier of database %u", dboid);
+	snprintf(worker.bgw_type, sizeof(worker.bgw_type), "dlock notifier");
+	worker.bgw_main_arg = (Datum) 0;
+	worker.bgw_notify_pid = 0;
+	start.dboid = dboid;
+	start.slotno = slotno;
+	start.generation = generation;
+	StaticAssertStmt(sizeof(NotifierStart) <= BGW_EXTRALEN,
+					 "NotifierStart must fit into bgw_extra");
+	memcpy(worker.bgw_extra, &start, sizeof(start));
+	return RegisterDynamicBackgroundWorker(&worker, NULL);
+}
+
+/*
+ * slot_start_wanted reports whether slot needs a notifier started now, and
+ * if so marks it starting and returns its new generation in *generation.
+ * Caller holds the lock exclusively.
+ */
+static bool
+slot_start_wanted(NotifierSlot *slot, uint32 *generation)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	if (slot->state == NOTIFIER_RUNNING ||
+		(slot->state == NOTIFIER_STARTING &&
+		 !TimestampDifferenceExceeds(slot->requested_at, now,
+									 NOTIFIER_START_TIMEOUT_MS)))
+		return false;
+	if (slot_stopped(slot))
+		return false;
+	slot->state = NOTIFIER_STARTING;
+	slot->generation++;
+	slot->requested_at = now;
+	*generation = slot->generation;
+	return true;
+}
+
+/*
+ * notifier_start registers the notifier of slot slotno (database dboid,
+ * generation generation, marked starting by slot_start_wanted); when no
+ * worker slot is free, drops the database's queued records with a
+ * WARNING.  Takes the lock.
+ */
+static void
+notifier_start(Oid dboid, int slotno, uint32 generation)
+{
+	NotifierSlot *slot = &notifier_shmem->slots[slotno];
+	uint64		dropped = 0;
+
+	if (notifier_register(dboid, slotno, generation))
+		return;
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	if (slot->dboid == dboid && slot->generation == generation &&
+		slot->state == NOTIFIER_STARTING)
+	{
+		slot->state = NOTIFIER_NONE;
+		dropped = slot->queued;
+		slot_drop_queued(slot);
+	}
+	LWLockRelease(notifier_shmem->lock);
+	ereport(WARNING,
+			(errmsg("dlock: " UINT64_FORMAT " lease events not sent: no background worker slot is free for the notifier of database %u",
+					dropped, dboid),
+			 errhint("Each database that sends lease events needs a background worker of its own; raise max_worker_processes.")));
+}
+
+/*
+ * DlockNotifierQueue appends the payloads of a committing transaction's
+ * events (n of them; overflow[i] > 0 marks an "overflow" event for that
+ * many changes) to the current
+ * database's queue, tagged with its top-level transaction id, at
+ * pre-commit.  When they do not fit, one "overflow" event for the
+ * nchanges lease changes they stand for takes their place (overflow_payload),
+ * or nothing when even that does not fit, with a WARNING; either way they
+ * count as dropped.  Starts the database's notifier when it has none.
+ * Never waits for the notifier; takes the lock.
+ */
+void
+DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
+				   int64 nchanges, const char *overflow_payload)
+{
+	TransactionId xid = GetTopTransactionIdIfAny();
+	NotifierSlot *slot;
+	char	   *ring;
+	uint64		pos;
+	int			slotno;
+	int			i;
+	bool		queued = true;
+	bool		start;
+	uint32		generation = 0;
+
+	Assert(notifier_shmem != NULL && n > 0);
+	/* every recorded change wrote a lease row, so the transaction has an id */
+	Assert(TransactionIdIsValid(xid));
+	if (!TransactionIdIsValid(xid))
+		return;
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	slotno = my_slot();
+	if (slotno < 0)
+	{
+		LWLockRelease(notifier_shmem->lock);
+		ereport(WARNING,
+				(errmsg("dlock: " INT64_FORMAT " lease events not sent: every notifier slot is taken by another database",
+						nchanges),
+				 errhint("Each database that sends lease events needs a background worker of its own; raise max_worker_processes.")));
+		return;
+	}
+	slot = &notifier_shmem->slots[slotno];
+	ring = slot_ring(slotno);
+	pos = slot->head;
+	for (i = 0; i < n && queued; i++)
+		queued = ring_put(slot, ring, &pos, xid, payloads[i], overflow[i],
+						  false);
+	if (queued)
+		slot->queued += n;
+	else
+	{
+		pos = slot->head;
+		slot->dropped += nchanges;
+		if (ring_put(slot, ring, &pos, xid, overflow_payload, nchanges, true))
+			slot->queued++;
+	}
+	if (pos != slot->head)
+		wake_slotno = slotno;
+	slot->head = pos;
+	start = slot->head != slot->tail &&
+		slot_start_wanted(slot, &generation);
+	LWLockRelease(notifier_shmem->lock);
+
+	if (!queued)
+		ereport(WARNING,
+				(errmsg("dlock: " INT64_FORMAT " lease events of this transaction not queued: the notifier's queue is full",
+						nchanges),
+				 errdetail("One \"overflow\" event is sent in their place when there is room for it."),
+				 errhint("The notifier of this database is behind: see the view dlock_notifier, and dlock.notify_queue_size.")));
+	if (start)
+		notifier_start(MyDatabaseId, slotno, generation);
+}
+
+/*
+ * DlockNotifierWake sets the latch of the notifier the current
+ * transaction queued events for, once the transaction has ended
+ * (committed or aborted: either way the notifier can decide).  Takes the
+ * lock shared.
+ */
+void
+DlockNotifierWake(void)
+{
+	int			procno = -1;
+	NotifierSlot *slot;
+
+	if (wake_slotno < 0)
+		return;
+	slot = &notifier_shmem->slots[wake_slotno];
+	wake_slotno = -1;
+	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
+	if (slot->state == NOTIFIER_RUNNING)
+		procno = slot->procno;
+	LWLockRelease(notifier_shmem->lock);
+	if (procno >= 0)
+		SetLatch(DlockProcLatch(procno));
+}
+
+/*
+ * notifier_attach makes this process the notifier of its slot (start, from
+ * bgw_extra), unless the slot was given to another database or to a later
+ * start, or a database command has stopped it; returns whether it did.
+ * Takes the lock.
+ */
+static bool
+notifier_attach(const NotifierStart *start)
+{
+	NotifierSlot *slot;
+	bool		attached = false;
+
+	if (start->slotno < 0 || start->slotno >= notifier_shmem->nslots)
+		return false;
+	slot = &notifier_shmem->slots[start->slotno];
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	if (slot->dboid == start->dboid && slot->generation == start->generation &&
+		slot->state == NOTIFIER_STARTING)
+	{
+		if (slot_stopped(slot))
+			slot->state = NOTIFIER_NONE;
+		else
+		{
+			slot->state = NOTIFIER_RUNNING;
+			slot->pid = MyProcPid;
+			slot->procno = DlockMyProcNumber();
+			slot->started_at = GetCurrentTimestamp();
+			attached = true;
+		}
+	}
+	LWLockRelease(notifier_shmem->lock);
+	return attached;
+}
+
+/*
+ * notifier_exit gives the slot up when the notifier exits; when it never
+ * connected to its database (which may be gone), it drops the records
+ * queued there, which no notifier could send.  Takes the lock.
+ */
+static void
+notifier_exit(int code, Datum arg)
+{
+	NotifierSlot *slot = &notifier_shmem->slots[DatumGetInt32(arg)];
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	if (slot->state == NOTIFIER_RUNNING && slot->pid == MyProcPid)
+	{
+		slot->state = NOTIFIER_NONE;
+		slot->pid = 0;
+		slot->procno = 0;
+		if (!notifier_connected)
+			slot_drop_queued(slot);
+	}
+	LWLockRelease(notifier_shmem->lock);
+}
+
+/*
+ * notify_queue_full reports whether PostgreSQL's notification queue is
+ * more than half full, reading its use at most once a second or every
+ * DLOCK_NOTIFY_QUEUE_CHECK_EVENTS events (reading it advances the queue's
+ * tail, which takes its locks).  In a transaction.
+ */
+static bool
+notify_queue_full(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (++queue_checked_events >= DLOCK_NOTIFY_QUEUE_CHECK_EVENTS ||
+		TimestampDifferenceExceeds(queue_checked_at, now,
+								   DLOCK_NOTIFY_QUEUE_CHECK_MS))
+	{
+		double		was = queue_usage;
+
+		queue_usage = DatumGetFloat8(DirectFunctionCall1(pg_notification_queue_usage,
+														 (Datum) 0));
+		queue_checked_at = now;
+		queue_checked_events = 0;
+		if (queue_usage > DLOCK_NOTIFY_QUEUE_LIMIT &&
+			was <= DLOCK_NOTIFY_QUEUE_LIMIT)
+			ereport(WARNING,
+					(errmsg("dlock: lease events of database %u are dropped: the notification queue is %.0f%% full",
+							MyDatabaseId, queue_usage * 100),
+					 errhint("A session that LISTENs has stopped reading its notifications.")));
+	}
+	return queue_usage > DLOCK_NOTIFY_QUEUE_LIMIT;
+}
+
+/* What one look at the queue found. */
+typedef enum NotifierPass
+{
+	PASS_IDLE,					/* nothing queued */
+	PASS_MORE,					/* sent a batch, and more is queued */
+	PASS_WAIT					/* the next record's transaction is running */
+} NotifierPass;
+
+/*
+ * notifier_pass sends (or drops) the queued records of transactions that
+ * have ended, in queue order, in one transaction of its own of at most
+ * NOTIFIER_BATCH notifications, and then moves the queue's tail past
+ * them.  An error while sending is reported; the notifications it undid
+ * are dropped and counted (and told of by a later "overflow" event), and
+ * so is the record being sent when it was raised.  Takes the lock
+ * briefly, before and after.
+ */
+static NotifierPass
+notifier_pass(void)
+{
+	NotifierSlot *slot = &notifier_shmem->slots[notifier_slotno];
+	char	   *ring = slot_ring(notifier_slotno);
+	Size		ring_size = notifier_shmem->ring_size;
+	uint64		head;
+	uint64		start_pos;
+	TransactionId decided = InvalidTransactionId;
+	bool		committed = false;
+	bool		batch_overflow = false;
+
+	/* changed in PG_TRY and read after it */
+	volatile uint64 pos;
+	volatile bool in_xact = false;
+	volatile bool in_record = false;
+	volatile int64 nrecords = 0;
+	volatile int64 nsent = 0;
+	volatile int64 ndropped = 0;
+	volatile NotifierPass result = PASS_IDLE;
+
+	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
+	head = slot->head;
+	start_pos = slot->tail;
+	LWLockRelease(notifier_shmem->lock);
+	pos = start_pos;
+	if (pos == head)
+		return PASS_IDLE;
+
+	PG_TRY();
+	{
+		while (pos < head)
+		{
+			Size		off = (Size) (pos % ring_size);
+			NotifyRecord *rec = (NotifyRecord *) (ring + off);
+
+			if (rec->size == 0)
+			{
+				pos += ring_size - off;
+				continue;
+			}
+			if (rec->xid != decided)
+			{
+				/* until it is visible, a committed xid is in progress */
+				if (TransactionIdIsInProgress(rec->xid))
+				{
+					result = PASS_WAIT;
+					break;
+				}
+				committed = TransactionIdDidCommit(rec->xid);
+				decided = rec->xid;
+			}
+			in_record = true;
+			if (committed)
+			{
+				if (!in_xact)
+				{
+					SetCurrentStatementStartTimestamp();
+					StartTransactionCommand();
+					in_xact = true;
+					pgstat_report_activity(STATE_RUNNING, "sending lease events");
+				}
+				if (notify_queue_full())
+				{
+					/* told of by an overflow event once there is room */
+					if (!rec->counted)
+						ndropped += Max(rec->overflow, 1);
+					unsent_overflow += Max(rec->overflow, 1);
+				}
+				else
+				{
+					/* PostgreSQL merges equal notifications of a transaction */
+					if ((unsent_overflow > 0 || rec->overflow > 0) && batch_overflow)
+					{
+						result = PASS_MORE;
+						break;
+					}
+					if (unsent_overflow > 0)
+					{
+						Async_Notify(DLOCK_NOTIFY_CHANNEL,
+									 DlockEventOverflowPayload(unsent_overflow));
+						unsent_overflow = 0;
+						nsent++;
+						batch_overflow = true;
+						if (rec->overflow > 0)
+						{
+							result = PASS_MORE;
+							break;
+						}
+					}
+					Async_Notify(DLOCK_NOTIFY_CHANNEL, rec->payload);
+					nsent++;
+					batch_overflow = batch_overflow || rec->overflow > 0;
+				}
+			}
+			in_record = false;
+			nrecords++;
+			pos += rec->size;
+			if (nsent >= NOTIFIER_BATCH)
+			{
+				result = PASS_MORE;
+				break;
+			}
+		}
+		in_record = false;
+		if (in_xact)
+		{
+			CommitTransactionCommand();
+			in_xact = false;
+		}
+	}
+	PG_CATCH();
+	{
+		/* report and undo; what was undone is told of by an overflow event */
+		MemoryContextSwitchTo(TopMemoryContext);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		ndropped += nsent;
+		unsent_overflow += nsent;
+		nsent = 0;
+		if (in_record)
+		{
+			/* the record being sent: skip it, or it would raise again */
+			pos += ((NotifyRecord *) (ring + (Size) (pos % ring_size)))->size;
+			nrecords++;
+			ndropped++;
+			unsent_overflow++;
+		}
+		result = PASS_MORE;
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	Assert(slot->pid == MyProcPid && slot->tail == start_pos);
+	slot->tail = pos;
+	Assert(slot->queued >= (uint64) nrecords);
+	slot->queued -= nrecords;
+	slot->sent += nsent;
+	slot->dropped += ndropped;
+	if (result == PASS_IDLE && pos != slot->head)
+		result = PASS_MORE;
+	LWLockRelease(notifier_shmem->lock);
+	return result;
+}
+
+/*
+ * notifier_stop_wanted reports whether this notifier must exit: its slot
+ * was given to another database or start, or a database command stopped
+ * it.  Takes the lock.
+ */
+static bool
+notifier_stop_wanted(void)
+{
+	NotifierSlot *slot = &notifier_shmem->slots[notifier_slotno];
+	bool		stop;
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	stop = slot->state != NOTIFIER_RUNNING || slot->pid != MyProcPid ||
+		slot_stopped(slot);
+	LWLockRelease(notifier_shmem->lock);
+	return stop;
+}
+
+/*
+ * dlock_notifier_main is the notifier's main function (a background
+ * worker; bgw_extra holds its NotifierStart): attach to the slot, connect
+ * to the database, then send what committers queue until told to stop.
+ * SIGTERM ends it (die), SIGHUP rereads the configuration; it exits with
+ * the postmaster (WL_EXIT_ON_PM_DEATH).
+ */
+void
+dlock_notifier_main(Datum main_arg)
+{
+	NotifierStart start;
+
+	memcpy(&start, MyBgworkerEntry->bgw_extra, sizeof(start));
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	if (notifier_shmem == NULL || !notifier_attach(&start))
+		proc_exit(0);
+	notifier_slotno = start.slotno;
+	before_shmem_exit(notifier_exit, Int32GetDatum(start.slotno));
+
+	BackgroundWorkerInitializeConnectionByOid(start.dboid, InvalidOid, 0);
+	notifier_connected = true;
+
+	/*
+	 * Its commits carry only notifications: no flush or standby to wait
+	 * for.  Nothing a database or role setting says may stop it.
+	 */
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	SetConfigOption("statement_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("lock_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("idle_in_transaction_session_timeout", "0", PGC_SUSET,
+					PGC_S_OVERRIDE);
+	if (DLOCK_HAS_TRANSACTION_TIMEOUT)
+		SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
+	pgstat_report_appname("dlock notifier");
+	ereport(LOG,
+			(errmsg("dlock: notifier of database %u started", start.dboid)));
+
+	for (;;)
+	{
+		NotifierPass pass;
+
+		/* reset before looking at the queue: no wake-up is lost */
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		if (notifier_stop_wanted())
+			proc_exit(0);
+
+		pass = notifier_pass();
+		if (pass == PASS_MORE)
+			continue;
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
+						 (pass == PASS_WAIT ? WL_TIMEOUT : 0),
+						 NOTIFIER_XACT_POLL_MS,
+						 DlockNotifierWaitEvent());
+	}
+}
+
+/*
+ * command_database returns the database a utility statement needs no
+ * other process connected to (DROP DATABASE, CREATE DATABASE ... TEMPLATE,
+ * ALTER DATABASE ... RENAME or SET TABLESPACE), or InvalidOid; *is_drop
+ * says it is a DROP DATABASE.
+ */
+static Oid
+command_database(Node *stmt, bool *is_drop)
+{
+	const char *dbname = NULL;
+	ListCell   *lc;
+
+	*is_drop = false;
+	switch (nodeTag(stmt))
+	{
+		case T_DropdbStmt:
+			dbname = ((DropdbStmt *) stmt)->dbname;
+			*is_drop = true;
+			break;
+		case T_CreatedbStmt:
+			dbname = "template1";
+			foreach(lc, ((CreatedbStmt *) stmt)->options)
+			{
+				DefElem    *opt = lfirst(lc);
+
+				if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
+					dbname = defGetString(opt);
+			}
+			break;
+		case T_RenameStmt:
+			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+				dbname = ((RenameStmt *) stmt)->subname;
+			break;
+		case T_AlterDatabaseStmt:
+			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
+			{
+				DefElem    *opt = lfirst(lc);
+
+				if (strcmp(opt->defname, "tablespace") == 0)
+					dbname = ((AlterDatabaseStmt *) stmt)->dbname;
+			}
+			break;
+		default:
+			break;
+	}
+	if (dbname == NULL)
+		return InvalidOid;
+	return get_database_oid(dbname, true);
+}
+
+/*
+ * notifier_stop_for stops the notifier of database dboid for a database
+ * command of this backend: marks the slot stopped by this backend (no
+ * notifier starts while the mark stays), sends its notifier SIGTERM and
+ * waits up to NOTIFIER_STOP_WAIT_MS for it to exit.  Returns false when
+ * the database has no slot.  Takes the lock; obeys interrupts while it
+ * waits (the caller clears the mark on error).
+ */
+static bool
+notifier_stop_for(Oid dboid)
+{
+	NotifierSlot *slot;
+	int			slotno;
+	int			pid = 0;
+	TimestampTz deadline;
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	slotno = slot_of_database(dboid);
+	if (slotno < 0)
+	{
+		LWLockRelease(notifier_shmem->lock);
+		return false;
+	}
+	slot = &notifier_shmem->slots[slotno];
+	slot->stop_pid = MyProcPid;
+	if (slot->state == NOTIFIER_RUNNING)
+		pid = slot->pid;
+	LWLockRelease(notifier_shmem->lock);
+
+	if (pid == 0)
+		return true;
+	ereport(LOG,
+			(errmsg("dlock: stopping the notifier of database %u (pid %d) for a database command",
+					dboid, pid)));
+	(void) kill(pid, SIGTERM);
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										   NOTIFIER_STOP_WAIT_MS);
+	while (BackendPidGetProc(pid) != NULL &&
+		   GetCurrentTimestamp() < deadline)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 NOTIFIER_STOP_POLL_MS, DlockNotifierWaitEvent());
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+	return true;
+}
+
+/*
+ * notifier_resume clears this backend's stop mark on database dboid's
+ * slot after its command; after a DROP DATABASE that succeeded (dropped),
+ * frees the slot and drops its records; otherwise starts a notifier
+ * when records are queued.  Takes the lock.  Runs on the error path too:
+ * raises nothing of its own.
+ */
+static void
+notifier_resume(Oid dboid, bool dropped)
+{
+	NotifierSlot *slot = NULL;
+	int			slotno;
+	bool		start = false;
+	uint32		generation = 0;
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	slotno = slot_of_database(dboid);
+	if (slotno >= 0)
+		slot = &notifier_shmem->slots[slotno];
+	if (slot != NULL && slot->stop_pid == MyProcPid)
+	{
+		slot->stop_pid = 0;
+		if (dropped && slot->state != NOTIFIER_RUNNING)
+		{
+			/* a worker registered for it finds the slot gone */
+			slot->state = NOTIFIER_NONE;
+			slot_drop_queued(slot);
+			slot_reset(slot, InvalidOid);
+		}
+		else if (!dropped && slot->head != slot->tail)
+			start = slot_start_wanted(slot, &generation);
+	}
+	LWLockRelease(notifier_shmem->lock);
+	if (start)
+		notifier_start(dboid, slotno, generation);
+}
+
+/*
+ * notifier_has_slot reports whether database dboid has a notifier slot.
+ * Takes the lock shared.
+ */
+static bool
+notifier_has_slot(Oid dboid)
+{
+	bool		found;
+
+	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
+	found = slot_of_database(dboid) >= 0;
+	LWLockRelease(notifier_shmem->lock);
+	return found;
+}
+
+/*
+ * notifier_utility_hook is dlock's ProcessUtility_hook: before a database
+ * command that fails while another process is connected to the database,
+ * it stops that database's notifier (when the database has a slot and the
+ * user owns the database: nobody else can make the command succeed), runs
+ * the command (the previous hook, or standard_ProcessUtility), and lets
+ * notifiers start again, also when the command raises.
+ */
+static void
+notifier_utility_hook(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	Oid			dboid = InvalidOid;
+	bool		drop = false;
+	volatile bool is_drop;
+
+	if (notifier_shmem != NULL)
+	{
+		dboid = command_database(pstmt->utilityStmt, &drop);
+		if (OidIsValid(dboid) &&
+			(!notifier_has_slot(dboid) ||
+			 !DlockDatabaseOwnercheck(dboid, GetUserId())))
+			dboid = InvalidOid;
+	}
+	is_drop = drop;
+
+	if (!OidIsValid(dboid))
+	{
+		if (prev_utility_hook)
+			prev_utility_hook(pstmt, queryString, readOnlyTree, context,
+							  params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+									params, queryEnv, dest, qc);
+		return;
+	}
+
+	PG_TRY();
+	{
+		(void) notifier_stop_for(dboid);
+		if (prev_utility_hook)
+			prev_utility_hook(pstmt, queryString, readOnlyTree, context,
+							  params, queryEnv, dest, qc);
+		else
+			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+									params, queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		notifier_resume(dboid, false);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	notifier_resume(dboid, is_drop);
+}
+
+/*
+ * DlockNotifierInit installs the ProcessUtility_hook (chaining the previous
+ * one) when dlock is being preloaded, so that every backend has it.
+ */
+void
+DlockNotifierInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = notifier_utility_hook;
+}
+
+/* dlock_notifier_read's columns. */
+#define NOTIFIER_COLS	6
+
+PG_FUNCTION_INFO_V1(dlock_notifier_read);
+
+/*
+ * dlock_notifier_read() returns setof record: one row per database with a
+ * notifier slot this server start (datid oid, pid int4 or NULL when no
+ * notifier runs, started_at timestamptz or NULL, events_sent,
+ * events_dropped and events_queued bigint), for the dlock_notifier view.
+ * No rows without preload.  Takes the lock shared.
+ */
+Datum
+dlock_notifier_read(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	NotifierSlot *copy;
+	int			nslots;
+	int			i;
+
+	InitMaterializedSRF(fcinfo, 0);
+	if (notifier_shmem == NULL)
+		return (Datum) 0;
+
+	nslots = notifier_shmem->nslots;
+	copy = palloc(sizeof(NotifierSlot) * nslots);
+	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
+	memcpy(copy, notifier_shmem->slots, sizeof(NotifierSlot) * nslots);
+	LWLockRelease(notifier_shmem->lock);
+
+	for (i = 0; i < nslots; i++)
+	{
+		Datum		values[NOTIFIER_COLS];
+		bool		nulls[NOTIFIER_COLS] = {0};
+		NotifierSlot *slot = &copy[i];
+		bool		running = slot->state == NOTIFIER_RUNNING;
+
+		if (!OidIsValid(slot->dboid))
+			continue;
+		values[0] = ObjectIdGetDatum(slot->dboid);
+		values[1] = Int32GetDatum(slot->pid);
+		nulls[1] = !running;
+		values[2] = TimestampTzGetDatum(slot->started_at);
+		nulls[2] = !running;
+		values[3] = Int64GetDatum((int64) slot->sent);
+		values[4] = Int64GetDatum((int64) slot->dropped);
+		values[5] = Int64GetDatum((int64) slot->queued);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
