@@ -17,7 +17,8 @@
  * wake-ups, polling), shmem.c (shared memory for waiting, token boot jumps
  * and the fence cache), mark.c (the marks of fencing mode 'seen'),
  * checked.c (what the transaction has checked with dlock_check),
- * lease_set.c (the SQL entry points for many names at once),
+ * lease_set.c (the SQL entry points for many names at once), name_hash.c
+ * (the keyed hash of a lock name),
  * async_commit.c (a transaction that only released leases does not wait
  * for its WAL flush), stats.c (the counters of dlock_stats), events.c
  * (lease events: NOTIFY and log lines at commit).
@@ -56,15 +57,11 @@
 #define DLOCK_MAX_OWNER_BYTES	1024
 
 /*
- * DlockNameHash returns the 64-bit hash of a lock name that both the name
- * lock (store_ops.c) and the wait queues (wait.c) key on.
+ * name_hash.c: the keyed 64-bit hash of a lock name (SipHash-2-4 under a
+ * key no role can learn) that the name lock (store_ops.c), the wait queues
+ * (wait.c), the fence cache and checked.c key on.
  */
-static inline uint64
-DlockNameHash(text *lock_name)
-{
-	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(lock_name),
-							   VARSIZE_ANY_EXHDR(lock_name), 0);
-}
+extern uint64 DlockNameHash(text *lock_name);
 
 /*
  * The most names one dlock_acquire_all or dlock_acquire_any takes
