@@ -40,6 +40,8 @@
 #include "fmgr.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/dsa.h"
 #include "utils/timestamp.h"
 #if PG_VERSION_NUM >= 160000
 #include "varatt.h"
@@ -277,6 +279,12 @@ extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024
 
+/*
+ * The hashes of changed names an any-slot that joined during a waker's
+ * commit is handed (wait.c: "late" any-slots); more set any_rescan.
+ */
+#define DLOCK_ANY_RING		16
+
 /* What a waiting call is (the kind column of dlock_waiters). */
 typedef enum DlockWaitKind
 {
@@ -285,14 +293,31 @@ typedef enum DlockWaitKind
 	DLOCK_WAIT_ANY				/* dlock_acquire_any */
 } DlockWaitKind;
 
+/*
+ * A backend's waiter slot (wait.c's header has the protocol).  Written by
+ * its backend under the dlock LWLock held exclusively, except what the
+ * fields say.
+ */
 typedef struct DlockWaiter
 {
 	bool		in_use;
 	bool		any;			/* an any-slot (dlock_acquire_any, wait.c) */
-	uint64		hash;			/* the queue: DlockNameHash of the name
-								 * waited for, with the database mixed in */
+	uint64		hash;			/* a queue slot: DlockNameHash of name, the
+								 * name whose queue it stands in */
 	uint64		ticket;			/* queue position: lower waits longer */
 	uint64		any_buckets[DLOCK_WAIT_BUCKETS / 64];	/* an any-slot's buckets */
+	/* an any-slot's names, in dlock's DSA area (DlockAnyArea) */
+	dsa_pointer any_set;		/* any_nhashes sorted distinct DlockNameHash
+								 * values, then one changed bit per value
+								 * (pg_atomic_uint32 words, set by wakers
+								 * under the LWLock held shared) */
+	int			any_nhashes;
+	slock_t		any_mutex;		/* protects any_nring, any_ring, any_rescan */
+	int			any_nring;
+	bool		any_rescan;		/* try every name: the ring overflowed */
+	uint64		any_ring[DLOCK_ANY_RING];	/* hashes handed by wakers */
+	pg_atomic_uint64 attempts;	/* the call's attempts so far; written by
+								 * its backend alone, read without a lock */
 	/* what dlock_waiters shows */
 	int			pid;
 	Oid			dboid;
@@ -302,7 +327,9 @@ typedef struct DlockWaiter
 	TimestampTz since;
 	TimestampTz until;
 	int			namelen;
-	char		name[DLOCK_MAX_NAME_BYTES];	/* the name waited for (not
+	char		name[DLOCK_MAX_NAME_BYTES];	/* a queue slot: the name whose
+											 * queue it stands in; an
+											 * any-slot: its first name (not
 											 * terminated) */
 } DlockWaiter;
 
@@ -315,6 +342,7 @@ typedef struct DlockShared
 	uint64		next_ticket;
 	int			nboot_dbs;		/* token.c: boot jumps done this start */
 	Oid			boot_dbs[DLOCK_BOOT_DBS];
+	int			any_tranche;	/* the LWLock tranche of DlockAnyArea */
 	int			nslots;
 	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */
@@ -322,6 +350,7 @@ typedef struct DlockShared
 
 extern DlockShared *DlockShmem;
 extern void DlockShmemInstallHooks(void);
+extern dsa_area *DlockAnyArea(void);
 
 /* wait.c: waiting for a lease */
 
@@ -329,18 +358,24 @@ extern void DlockShmemInstallHooks(void);
  * One attempt to take a lease (or a set of leases).  Returns true when
  * granted; otherwise sets *held_until to the expiry of the live lease that
  * held a name, or to 0 when that is unknown (an open transaction is
- * changing the lease).  A set's attempt also sets *blocked to the
- * DlockNameHash of the name that refused it, so that the waiter queues
- * there (it comes preset to 0, which means the name waited on), and
- * updates the lock_name of its DlockWaitInfo.
+ * changing the lease).  A set's attempt also updates the lock_name of its
+ * DlockWaitInfo to the name that refused it, so that the waiter queues
+ * there.
  */
-typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until,
-								uint64 *blocked);
+typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until);
+
+/*
+ * One attempt to take the lease of name i of a dlock_acquire_any (in array
+ * order); returns and sets *held_until as a DlockAttemptFn.
+ */
+typedef bool (*DlockAttemptOneFn) (void *arg, int i, TimestampTz *held_until);
 
 /*
  * A waiting call, as dlock_waiters shows it.  lock_name is the name whose
  * queue it waits in: a set's attempt function updates it to the name that
- * refused it (with *blocked).  waited is set when the call starts to wait.
+ * refused it.  waited is set when the call starts to wait; attempts counts
+ * the attempts wait.c made for the call (names tried by dlock_acquire_any,
+ * attempts of the name or of the whole set otherwise).
  */
 typedef struct DlockWaitInfo
 {
@@ -349,14 +384,15 @@ typedef struct DlockWaitInfo
 	text	   *lock_name;
 	TimestampTz since;			/* set by wait.c */
 	bool		waited;			/* out */
+	int64		attempts;		/* out */
 } DlockWaitInfo;
 
-extern bool DlockWaitAcquire(uint64 hash, TimestampTz deadline,
-							 DlockAttemptFn attempt, void *arg,
-							 DlockWaitInfo *info);
+extern bool DlockWaitAcquire(TimestampTz deadline, DlockAttemptFn attempt,
+							 void *arg, DlockWaitInfo *info);
 extern bool DlockWaitAcquireAny(const uint64 *hashes, int n,
-								TimestampTz deadline, DlockAttemptFn attempt,
-								void *arg, DlockWaitInfo *info);
+								TimestampTz deadline,
+								DlockAttemptOneFn attempt, void *arg,
+								DlockWaitInfo *info);
 extern void DlockCountAcquire(bool granted, const DlockWaitInfo *info);
 extern void DlockWakeAtXactEnd(text *lock_name);
 
