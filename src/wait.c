@@ -87,12 +87,14 @@
  *     waiter attempt every name once).  Such a late slot filters the ring
  *     with its own list, so a name it does not wait for still costs it no
  *     attempt.  Then it sets the latches, after releasing the LWLock;
- *   - at abort, only queue heads are woken: a rolled-back change changed
- *     nothing an any-waiter could have missed (while the transaction was
+ *   - at abort, the same for queue heads, and any-slots get the hashes in
+ *     their rings as far as they fit, never a rescan: a rolled-back change
+ *     changed nothing an any-waiter could miss (while the transaction was
  *     open, its attempts saw the old lease, or a row being changed, which
- *     it polls).  At PREPARE the same, since nothing is visible until
- *     COMMIT PREPARED, which wakes nobody (waiters find out at the expiry
- *     they saw, or by polling a locked row).
+ *     it polls), so the ring only spares it the rest of a poll.  At
+ *     PREPARE queue heads only, since nothing is visible until COMMIT
+ *     PREPARED, which wakes nobody (waiters find out at the expiry they
+ *     saw, or by polling a locked row).
  *
  * The work a transaction's end costs is bounded whatever others wait for:
  * one pass over the buckets of its names and, when one has waiters, one
@@ -1282,13 +1284,14 @@ wake_match_any(void)
 }
 
 /*
- * hand_late hands the any-slot w, which joined after the pre-commit pass,
- * the pending hashes of the buckets it marks, in its ring (or a rescan
- * when they do not fit).  Returns whether it handed anything (then wake
- * it).  Caller holds the dlock LWLock shared.  Cannot raise.
+ * hand_late hands the any-slot w (which joined after the pre-commit pass,
+ * or any any-slot at an abort) the pending hashes of the buckets it marks,
+ * in its ring; with rescan, a rescan when they do not fit, else what
+ * fits.  Returns whether it handed anything (then wake it).  Caller holds
+ * the dlock LWLock shared.  Cannot raise.
  */
 static bool
-hand_late(DlockWaiter *w)
+hand_late(DlockWaiter *w, bool rescan)
 {
 	uint64		hand[DLOCK_ANY_RING];
 	int			nhand = 0;
@@ -1309,24 +1312,35 @@ hand_late(DlockWaiter *w)
 	if (nhand == 0)
 		return false;
 	SpinLockAcquire(&w->any_mutex);
-	if (overflow || w->any_nring + nhand > DLOCK_ANY_RING)
+	if (rescan && (overflow || w->any_nring + nhand > DLOCK_ANY_RING))
 		w->any_rescan = true;
 	else
 	{
+		nhand = Min(nhand, DLOCK_ANY_RING - w->any_nring);
 		memcpy(&w->any_ring[w->any_nring], hand, sizeof(uint64) * nhand);
 		w->any_nring += nhand;
 	}
 	SpinLockRelease(&w->any_mutex);
-	return true;
+	return nhand > 0;
 }
+
+/* How a transaction ended, for wake_pending. */
+typedef enum WakeEnd
+{
+	WAKE_COMMIT,
+	WAKE_ABORT,
+	WAKE_PREPARE
+} WakeEnd;
 
 /*
  * wake_pending wakes, at the end of the transaction, the heads of the
- * pending names' queues and, when committed, the any-slots waiting for
- * them (see the file header).  Allocates nothing and cannot raise.
+ * pending names' queues and the any-slots waiting for them (see the file
+ * header: at a commit, through the pre-commit pass's matches and the rings
+ * of late slots; at an abort, through the rings only, without a rescan; at
+ * PREPARE, none).  Allocates nothing and cannot raise.
  */
 static void
-wake_pending(bool committed)
+wake_pending(WakeEnd end)
 {
 	int			nwake = 0;
 	int			i;
@@ -1358,10 +1372,15 @@ wake_pending(bool committed)
 				pending[p].head_ticket = w->ticket;
 			}
 		}
-		else if (committed && w->ticket >= matched_below && hand_late(w))
+		else if (end == WAKE_COMMIT && w->ticket >= matched_below)
+		{
+			if (hand_late(w, true))
+				wake_list[nwake++] = i;
+		}
+		else if (end == WAKE_ABORT && hand_late(w, false))
 			wake_list[nwake++] = i;
 	}
-	if (committed)
+	if (end == WAKE_COMMIT)
 	{
 		for (i = 0; i < nmatches; i++)
 		{
@@ -1423,12 +1442,14 @@ wake_xact_callback(XactEvent event, void *arg)
 			return;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			wake_pending(true);
+			wake_pending(WAKE_COMMIT);
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			wake_pending(WAKE_ABORT);
+			break;
 		case XACT_EVENT_PREPARE:
-			wake_pending(false);
+			wake_pending(WAKE_PREPARE);
 			break;
 		default:
 			return;
