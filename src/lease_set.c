@@ -221,8 +221,8 @@ typedef struct SetArgs
  * dlock_acquire_any (lock_names, distinct; ttl; wait; owner) and fills *a
  * with the calling function, the caller's role, owner, ttl and the names:
  * in canonical order with canonical, else in array order and with their
- * hashes (for wait.c's any-slot).  Returns the names' entries in that order and sets *start and
- * *deadline (start + wait).
+ * hashes (for wait.c's any-slot).  Returns the names' entries in that
+ * order and sets *start and *deadline (start + wait).
  */
 static NameEntry *
 get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,

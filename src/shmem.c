@@ -207,7 +207,7 @@ DlockAnyArea(void)
 	any_area = dsa_attach_in_place(any_area_place, NULL);
 	dsa_pin_mapping(any_area);
 	MemoryContextSwitchTo(oldcontext);
-	/* after wait.c's before_shmem_exit callback has freed this backend's set */
+	/* after wait.c's exit callback (before_shmem_exit) has freed our set */
 	on_shmem_exit(dsa_on_shmem_exit_release_in_place,
 				  PointerGetDatum(any_area_place));
 	return any_area;
