@@ -278,6 +278,7 @@ extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024
+#define DLOCK_WAIT_DBS		64	/* db_waiters: database OID mod this */
 
 /*
  * The hashes of changed names an any-slot that joined during a waker's
@@ -344,6 +345,8 @@ typedef struct DlockShared
 	Oid			boot_dbs[DLOCK_BOOT_DBS];
 	int			any_tranche;	/* the LWLock tranche of DlockAnyArea */
 	int			nslots;
+	pg_atomic_uint32 db_waiters[DLOCK_WAIT_DBS];	/* slots in use per
+													 * database class */
 	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */
 } DlockShared;

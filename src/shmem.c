@@ -12,7 +12,9 @@
  * shared counter; the waiters of one name in one database, in ticket
  * order, are that name's FIFO queue.  A waiter is woken by setting its
  * process latch.  bucket_waiters counts the slots in use per hash bucket,
- * so that a release can see without taking the LWLock that nobody waits.
+ * and db_waiters per database (OID mod DLOCK_WAIT_DBS), so that a release
+ * can see without taking the LWLock that nobody waits for its names, or
+ * nobody in its database.
  *
  * The any-waiters' area.  A dlock_acquire_any waiter keeps the hashes of
  * its names, with a changed bit per hash, in a DSA area (utils/dsa.h)
@@ -44,8 +46,9 @@
  * take or give up a slot (and its ticket and bucket count) or to add a
  * boot_dbs entry; shared to scan the slots for a queue's head or the
  * any-slots a change concerns, or to read boot_dbs.  Latches are set after
- * the lock is released.  bucket_waiters is changed only under the
- * exclusive lock, with full-barrier atomics, and read without the lock
+ * the lock is released.  bucket_waiters and db_waiters are changed only
+ * under the exclusive lock, with full-barrier atomics, and read without
+ * the lock
  * (see wait.c for why a stale zero cannot lose a wake-up).  The DSA area's
  * own lock is taken inside the dlock LWLock (a waker maps an any-slot's
  * set under it held shared), never the other way round: a waiter
@@ -149,6 +152,8 @@ shmem_startup(void)
 		DlockShmem->next_ticket = 1;
 		DlockShmem->nboot_dbs = 0;
 		DlockShmem->nslots = shmem_nslots();
+		for (i = 0; i < DLOCK_WAIT_DBS; i++)
+			pg_atomic_init_u32(&DlockShmem->db_waiters[i], 0);
 		for (i = 0; i < DLOCK_WAIT_BUCKETS; i++)
 			pg_atomic_init_u32(&DlockShmem->bucket_waiters[i], 0);
 		memset(DlockShmem->slots, 0, sizeof(DlockWaiter) * DlockShmem->nslots);

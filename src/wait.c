@@ -97,10 +97,12 @@
  *     saw, or by polling a locked row).
  *
  * The work a transaction's end costs is bounded whatever others wait for:
- * one pass over the buckets of its names and, when one has waiters, one
- * pass over the slots at pre-commit and one at commit, each skipping the
- * slots of other databases at once; an any-slot of its database costs a
- * binary search per name (of the smaller list in the larger).  A late
+ * nothing when nobody waits in its database (db_waiters, a count per
+ * database OID mod DLOCK_WAIT_DBS), else one pass over the buckets of its
+ * names and, when one has waiters, one pass over the slots at pre-commit
+ * and one at commit, each skipping the slots of other databases at once;
+ * an any-slot of its database costs a binary search per name (of the
+ * smaller list in the larger).  A late
  * any-slot can be made to attempt its whole list only by a transaction
  * whose commit overlapped the slot's joining, so at most once per
  * concurrent transaction per waiting call.
@@ -139,14 +141,14 @@
  *     collects its bits and ring), and a waker sets the bits or the ring
  *     before it sets the latch, so a wake between the collection and the
  *     sleep ends the sleep at once;
- *   - a waiter counts itself in bucket_waiters (a full-barrier atomic),
- *     in every bucket it marks, before its first attempt in that queue
- *     (an any-waiter: before its attempt of every name just after
- *     joining), and the waker reads that count after its transaction is
- *     visible to new snapshots (XACT_EVENT_COMMIT comes after
- *     ProcArrayEndTransaction) and after a memory barrier.  So either the
- *     waker sees the waiter, or the waiter's attempt sees the committed
- *     change;
+ *   - a waiter counts itself in db_waiters (its database's) and in
+ *     bucket_waiters (full-barrier atomics), in every bucket it marks,
+ *     before its first attempt in that queue (an any-waiter: before its
+ *     attempt of every name just after joining), and the waker reads
+ *     those counts after its transaction is visible to new snapshots
+ *     (XACT_EVENT_COMMIT comes after ProcArrayEndTransaction) and after a
+ *     memory barrier.  So either the waker sees the waiter, or the
+ *     waiter's attempt sees the committed change;
  *   - a waker that sees the waiter: a queue waiter is found by its name; an
  *     any-slot either was there at the waker's pre-commit pass, and is
  *     found in it when one of its hashes is a changed name's (and its bits
@@ -232,6 +234,9 @@ static bool exit_callback_registered = false;
 #define BUCKET_NO(hash) \
 	((int) (hash_combine64((hash), (uint64) MyDatabaseId) % DLOCK_WAIT_BUCKETS))
 #define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[BUCKET_NO(hash)])
+/* The current database's count of slots in use (and of other databases') */
+#define DB_WAITERS() \
+	(&DlockShmem->db_waiters[MyDatabaseId % DLOCK_WAIT_DBS])
 #define ANY_MARKS(w, b) (((w)->any_buckets[(b) / 64] >> ((b) % 64)) & 1)
 
 /* This backend's slot. */
@@ -363,6 +368,7 @@ queue_join(const DlockWaitInfo *info, TimestampTz deadline)
 	me->any = false;
 	me->ticket = DlockShmem->next_ticket++;
 	me->in_use = true;
+	pg_atomic_fetch_add_u32(DB_WAITERS(), 1);
 	pg_atomic_fetch_add_u32(BUCKET_OF(hash), 1);
 	slot_taken = true;
 	LWLockRelease(DlockShmem->lock);
@@ -388,6 +394,8 @@ queue_leave(bool wake_next)
 	Assert(me->in_use);
 	me->in_use = false;
 	slot_taken = false;
+	Assert(pg_atomic_read_u32(DB_WAITERS()) > 0);
+	pg_atomic_fetch_sub_u32(DB_WAITERS(), 1);
 	if (me->any)
 	{
 		int			b;
@@ -1054,6 +1062,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 	me->any = true;
 	me->ticket = DlockShmem->next_ticket++;
 	me->in_use = true;
+	pg_atomic_fetch_add_u32(DB_WAITERS(), 1);
 	slot_taken = true;
 	LWLockRelease(DlockShmem->lock);
 
@@ -1179,8 +1188,9 @@ pending_has_hash(uint64 hash)
 }
 
 /*
- * pending_busy reports whether some bucket of the pending names counts a
- * waiter, after a memory barrier (see the file header).
+ * pending_busy reports whether the current database (or another of its
+ * class) and some bucket of the pending names count a waiter, after a
+ * memory barrier (see the file header).
  */
 static bool
 pending_busy(void)
@@ -1188,6 +1198,8 @@ pending_busy(void)
 	int			i;
 
 	pg_memory_barrier();
+	if (pg_atomic_read_u32(DB_WAITERS()) == 0)
+		return false;
 	for (i = 0; i < npending; i++)
 		if (pg_atomic_read_u32(BUCKET_OF(pending[i].hash)) != 0)
 			return true;
