@@ -1023,7 +1023,14 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 	if (DlockShmem == NULL)
 		return any_polling(&aw, deadline);
 
-	/* publish the set: sorted distinct hashes, then the changed bits */
+	register_exit_callback();
+	wait_begins(info);
+
+	/*
+	 * Publish the set: sorted distinct hashes, then the changed bits.
+	 * Nothing between the allocation and the join below can raise (the
+	 * allocation maps what it allocates), so the set cannot leak.
+	 */
 	any_index(&aw);
 	nwords = (aw.m + 31) / 32;
 	area = DlockAnyArea();
@@ -1034,9 +1041,6 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 	changed = (pg_atomic_uint32 *) (shared_hashes + aw.m);
 	for (i = 0; i < nwords; i++)
 		pg_atomic_init_u32(&changed[i], 0);
-
-	register_exit_callback();
-	wait_begins(info);
 
 	/* join: the slot, its buckets, its set (see the file header) */
 	me = MY_SLOT();
