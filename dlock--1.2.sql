@@ -324,7 +324,8 @@ CREATE FUNCTION @extschema@.dlock_waiters_read(
     OUT names pg_catalog.int4,
     OUT waiting_since pg_catalog.timestamptz,
     OUT wait_until pg_catalog.timestamptz,
-    OUT "position" pg_catalog.int4)
+    OUT "position" pg_catalog.int4,
+    OUT attempts pg_catalog.int8)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'dlock_waiters_read'
 LANGUAGE C VOLATILE STRICT PARALLEL RESTRICTED;
@@ -341,7 +342,8 @@ SELECT w.pid,
        w.names,
        w.waiting_since,
        w.wait_until,
-       w."position"
+       w."position",
+       w.attempts
   FROM @extschema@.dlock_waiters_read() w
   LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) w.datid
  ORDER BY w.lock_name COLLATE "C", w."position" NULLS LAST, w.waiting_since, w.pid;

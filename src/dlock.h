@@ -17,7 +17,8 @@
  * wake-ups, polling), shmem.c (shared memory for waiting, token boot jumps
  * and the fence cache), mark.c (the marks of fencing mode 'seen'),
  * checked.c (what the transaction has checked with dlock_check),
- * lease_set.c (the SQL entry points for many names at once),
+ * lease_set.c (the SQL entry points for many names at once), name_hash.c
+ * (the keyed hash of a lock name),
  * async_commit.c (a transaction that only released leases does not wait
  * for its WAL flush), stats.c (the counters of dlock_stats), events.c
  * (lease events: recorded per subtransaction, queued for the notifier at
@@ -43,6 +44,8 @@
 #include "fmgr.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
+#include "storage/spin.h"
+#include "utils/dsa.h"
 #include "utils/timestamp.h"
 #if PG_VERSION_NUM >= 160000
 #include "varatt.h"
@@ -60,15 +63,11 @@
 #define DLOCK_MAX_OWNER_BYTES	1024
 
 /*
- * DlockNameHash returns the 64-bit hash of a lock name that both the name
- * lock (store_ops.c) and the wait queues (wait.c) key on.
+ * name_hash.c: the keyed 64-bit hash of a lock name (SipHash-2-4 under a
+ * key no role can learn) that the name lock (store_ops.c), the wait queues
+ * (wait.c), the fence cache and checked.c key on.
  */
-static inline uint64
-DlockNameHash(text *lock_name)
-{
-	return hash_bytes_extended((const unsigned char *) VARDATA_ANY(lock_name),
-							   VARSIZE_ANY_EXHDR(lock_name), 0);
-}
+extern uint64 DlockNameHash(text *lock_name);
 
 /*
  * The most names one dlock_acquire_all or dlock_acquire_any takes
@@ -332,6 +331,13 @@ extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
 
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024
+#define DLOCK_WAIT_DBS		64	/* db_waiters: database OID mod this */
+
+/*
+ * The hashes of changed names an any-slot that joined during a waker's
+ * commit is handed (wait.c: "late" any-slots); more set any_rescan.
+ */
+#define DLOCK_ANY_RING		16
 
 /* What a waiting call is (the kind column of dlock_waiters). */
 typedef enum DlockWaitKind
@@ -341,14 +347,31 @@ typedef enum DlockWaitKind
 	DLOCK_WAIT_ANY				/* dlock_acquire_any */
 } DlockWaitKind;
 
+/*
+ * A backend's waiter slot (wait.c's header has the protocol).  Written by
+ * its backend under the dlock LWLock held exclusively, except what the
+ * fields say.
+ */
 typedef struct DlockWaiter
 {
 	bool		in_use;
 	bool		any;			/* an any-slot (dlock_acquire_any, wait.c) */
-	uint64		hash;			/* the queue: DlockNameHash of the name
-								 * waited for, with the database mixed in */
+	uint64		hash;			/* a queue slot: DlockNameHash of name, the
+								 * name whose queue it stands in */
 	uint64		ticket;			/* queue position: lower waits longer */
 	uint64		any_buckets[DLOCK_WAIT_BUCKETS / 64];	/* an any-slot's buckets */
+	/* an any-slot's names, in dlock's DSA area (DlockAnyArea) */
+	dsa_pointer any_set;		/* any_nhashes sorted distinct DlockNameHash
+								 * values, then one changed bit per value
+								 * (pg_atomic_uint32 words, set by wakers
+								 * under the LWLock held shared) */
+	int			any_nhashes;
+	slock_t		any_mutex;		/* protects any_nring, any_ring, any_rescan */
+	int			any_nring;
+	bool		any_rescan;		/* try every name: the ring overflowed */
+	uint64		any_ring[DLOCK_ANY_RING];	/* hashes handed by wakers */
+	pg_atomic_uint64 attempts;	/* the call's attempts so far; written by
+								 * its backend alone, read without a lock */
 	/* what dlock_waiters shows */
 	int			pid;
 	Oid			dboid;
@@ -358,7 +381,9 @@ typedef struct DlockWaiter
 	TimestampTz since;
 	TimestampTz until;
 	int			namelen;
-	char		name[DLOCK_MAX_NAME_BYTES];	/* the name waited for (not
+	char		name[DLOCK_MAX_NAME_BYTES];	/* a queue slot: the name whose
+											 * queue it stands in; an
+											 * any-slot: its first name (not
 											 * terminated) */
 } DlockWaiter;
 
@@ -371,13 +396,17 @@ typedef struct DlockShared
 	uint64		next_ticket;
 	int			nboot_dbs;		/* token.c: boot jumps done this start */
 	Oid			boot_dbs[DLOCK_BOOT_DBS];
+	int			any_tranche;	/* the LWLock tranche of DlockAnyArea */
 	int			nslots;
+	pg_atomic_uint32 db_waiters[DLOCK_WAIT_DBS];	/* slots in use per
+													 * database class */
 	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */
 } DlockShared;
 
 extern DlockShared *DlockShmem;
 extern void DlockShmemInstallHooks(void);
+extern dsa_area *DlockAnyArea(void);
 
 /* wait.c: waiting for a lease */
 
@@ -385,18 +414,24 @@ extern void DlockShmemInstallHooks(void);
  * One attempt to take a lease (or a set of leases).  Returns true when
  * granted; otherwise sets *held_until to the expiry of the live lease that
  * held a name, or to 0 when that is unknown (an open transaction is
- * changing the lease).  A set's attempt also sets *blocked to the
- * DlockNameHash of the name that refused it, so that the waiter queues
- * there (it comes preset to 0, which means the name waited on), and
- * updates the lock_name of its DlockWaitInfo.
+ * changing the lease).  A set's attempt also updates the lock_name of its
+ * DlockWaitInfo to the name that refused it, so that the waiter queues
+ * there.
  */
-typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until,
-								uint64 *blocked);
+typedef bool (*DlockAttemptFn) (void *arg, TimestampTz *held_until);
+
+/*
+ * One attempt to take the lease of name i of a dlock_acquire_any (in array
+ * order); returns and sets *held_until as a DlockAttemptFn.
+ */
+typedef bool (*DlockAttemptOneFn) (void *arg, int i, TimestampTz *held_until);
 
 /*
  * A waiting call, as dlock_waiters shows it.  lock_name is the name whose
  * queue it waits in: a set's attempt function updates it to the name that
- * refused it (with *blocked).  waited is set when the call starts to wait.
+ * refused it.  waited is set when the call starts to wait; attempts counts
+ * the attempts wait.c made for the call (names tried by dlock_acquire_any,
+ * attempts of the name or of the whole set otherwise).
  */
 typedef struct DlockWaitInfo
 {
@@ -405,14 +440,15 @@ typedef struct DlockWaitInfo
 	text	   *lock_name;
 	TimestampTz since;			/* set by wait.c */
 	bool		waited;			/* out */
+	int64		attempts;		/* out */
 } DlockWaitInfo;
 
-extern bool DlockWaitAcquire(uint64 hash, TimestampTz deadline,
-							 DlockAttemptFn attempt, void *arg,
-							 DlockWaitInfo *info);
+extern bool DlockWaitAcquire(TimestampTz deadline, DlockAttemptFn attempt,
+							 void *arg, DlockWaitInfo *info);
 extern bool DlockWaitAcquireAny(const uint64 *hashes, int n,
-								TimestampTz deadline, DlockAttemptFn attempt,
-								void *arg, DlockWaitInfo *info);
+								TimestampTz deadline,
+								DlockAttemptOneFn attempt, void *arg,
+								DlockWaitInfo *info);
 extern void DlockCountAcquire(bool granted, const DlockWaitInfo *info);
 extern void DlockWakeAtXactEnd(text *lock_name);
 

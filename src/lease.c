@@ -393,11 +393,10 @@ typedef struct AcquireArgs
 
 /*
  * acquire_attempt makes one attempt to grant the lease described by arg
- * (an AcquireArgs) from now for its ttl; a DlockAttemptFn (*blocked stays
- * the name's own).
+ * (an AcquireArgs) from now for its ttl; a DlockAttemptFn.
  */
 static bool
-acquire_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
+acquire_attempt(void *arg, TimestampTz *held_until)
 {
 	AcquireArgs *a = (AcquireArgs *) arg;
 	TimestampTz now = GetCurrentTimestamp();
@@ -422,7 +421,6 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	TimestampTz start;
 	TimestampTz deadline;
 	TimestampTz held_until;
-	uint64		blocked = 0;
 	bool		granted;
 	DlockWaitInfo info;
 
@@ -441,10 +439,9 @@ dlock_acquire(PG_FUNCTION_ARGS)
 	info.nnames = 1;
 	info.lock_name = args.lock_name;
 	if (deadline <= start)
-		granted = acquire_attempt(&args, &held_until, &blocked);
+		granted = acquire_attempt(&args, &held_until);
 	else
-		granted = DlockWaitAcquire(DlockNameHash(args.lock_name), deadline,
-								   acquire_attempt, &args, &info);
+		granted = DlockWaitAcquire(deadline, acquire_attempt, &args, &info);
 	DlockCountAcquire(granted, &info);
 	if (!granted)
 		PG_RETURN_NULL();

@@ -30,7 +30,8 @@
  * Any of (dlock_acquire_any).  The names are tried in array order, each
  * attempt as a single acquire (failed attempts keep no lock); the first
  * granted wins.  While none is free the caller sleeps in an any-slot of
- * wait.c, woken by a change of any of its names, or polls without preload.
+ * wait.c, woken by a change of one of its names, and then tries the names
+ * that changed, in array order; it polls without preload.
  *
  * Bulk renew and release take their rows in the canonical order too (and
  * report in array order), so two of them that wait for each other's rows
@@ -208,7 +209,7 @@ typedef struct SetArgs
 	Interval   *ttl;
 	int			n;
 	text	  **names;			/* all: canonical order; any: array order */
-	uint64	   *hashes;			/* DlockNameHash of names[i] */
+	uint64	   *hashes;			/* any: DlockNameHash of names[i] */
 	int64	   *tokens;			/* all: out, one per names[i] */
 	DlockPrevLease *prevs;		/* all: out, what each grant replaced */
 	int			granted;		/* any: out, the index granted */
@@ -220,10 +221,10 @@ typedef struct SetArgs
 /*
  * get_set_call checks the arguments of dlock_acquire_all and
  * dlock_acquire_any (lock_names, distinct; ttl; wait; owner) and fills *a
- * with the calling function, the caller's role, owner, ttl and the names
- * (their hashes too): in canonical order with canonical, else in array
- * order.  Returns the names' entries in that order and sets *start and
- * *deadline (start + wait).
+ * with the calling function, the caller's role, owner, ttl and the names:
+ * in canonical order with canonical, else in array order and with their
+ * hashes (for wait.c's any-slot).  Returns the names' entries in that
+ * order and sets *start and *deadline (start + wait).
  */
 static NameEntry *
 get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,
@@ -248,7 +249,7 @@ get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,
 	a->holder = GetUserId();
 	a->n = n;
 	a->names = palloc(sizeof(text *) * n);
-	a->hashes = palloc(sizeof(uint64) * n);
+	a->hashes = canonical ? NULL : palloc(sizeof(uint64) * n);
 	a->tokens = palloc0(sizeof(int64) * n);
 	a->prevs = palloc0(sizeof(DlockPrevLease) * n);
 	a->granted = -1;
@@ -261,7 +262,8 @@ get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,
 	for (i = 0; i < n; i++)
 	{
 		a->names[i] = entries[i].name;
-		a->hashes[i] = DlockNameHash(entries[i].name);
+		if (!canonical)
+			a->hashes[i] = DlockNameHash(entries[i].name);
 	}
 	return entries;
 }
@@ -269,10 +271,10 @@ get_set_call(FunctionCallInfo fcinfo, bool canonical, SetArgs *a,
 /*
  * all_attempt makes one all-or-nothing attempt on the set of a SetArgs
  * from now for its ttl; a DlockAttemptFn that reports the name that
- * refused it in *blocked.
+ * refused it in the call's info.lock_name.
  */
 static bool
-all_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
+all_attempt(void *arg, TimestampTz *held_until)
 {
 	SetArgs    *a = (SetArgs *) arg;
 	TimestampTz now = GetCurrentTimestamp();
@@ -283,45 +285,28 @@ all_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
 								a->tokens, a->prevs, held_until, &refused))
 		return true;
 	Assert(refused >= 0 && refused < a->n);
-	*blocked = a->hashes[refused];
 	a->info.lock_name = a->names[refused];
 	return false;
 }
 
 /*
- * any_attempt tries the names of a SetArgs in order, each as a single
- * acquire from now for its ttl, and stops at the first granted; a
- * DlockAttemptFn.  When none is, *held_until is the earliest expiry of the
- * leases that held them, or 0 when one was being changed.
+ * any_attempt_one tries name i of a SetArgs (array order) as a single
+ * acquire from now for its ttl, and records it as the one granted when it
+ * is; a DlockAttemptOneFn.
  */
 static bool
-any_attempt(void *arg, TimestampTz *held_until, uint64 *blocked)
+any_attempt_one(void *arg, int i, TimestampTz *held_until)
 {
 	SetArgs    *a = (SetArgs *) arg;
-	TimestampTz earliest = 0;
-	bool		unknown = false;
-	int			i;
+	TimestampTz now = GetCurrentTimestamp();
 
-	for (i = 0; i < a->n; i++)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-		TimestampTz held;
-
-		CHECK_FOR_INTERRUPTS();
-		if (DlockStoreTryAcquire(a->fn_oid, a->names[i], a->owner, a->holder,
-								 now, DlockLeaseExpiry(now, a->ttl),
-								 &a->token, &held, &a->prev))
-		{
-			a->granted = i;
-			return true;
-		}
-		if (held == 0)
-			unknown = true;
-		else if (earliest == 0 || held < earliest)
-			earliest = held;
-	}
-	*held_until = unknown ? 0 : earliest;
-	return false;
+	Assert(i >= 0 && i < a->n);
+	if (!DlockStoreTryAcquire(a->fn_oid, a->names[i], a->owner, a->holder,
+							  now, DlockLeaseExpiry(now, a->ttl),
+							  &a->token, held_until, &a->prev))
+		return false;
+	a->granted = i;
+	return true;
 }
 
 /*
@@ -343,7 +328,6 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 	TimestampTz start;
 	TimestampTz deadline;
 	TimestampTz held_until;
-	uint64		blocked = 0;
 	bool		granted;
 	Datum	   *result;
 	int			n;
@@ -354,10 +338,9 @@ dlock_acquire_all(PG_FUNCTION_ARGS)
 	n = a.n;
 
 	if (deadline <= start)
-		granted = all_attempt(&a, &held_until, &blocked);
+		granted = all_attempt(&a, &held_until);
 	else
-		granted = DlockWaitAcquire(a.hashes[0], deadline, all_attempt, &a,
-								   &a.info);
+		granted = DlockWaitAcquire(deadline, all_attempt, &a, &a.info);
 	DlockCountAcquire(granted, &a.info);
 	if (!granted)
 		PG_RETURN_NULL();
@@ -392,8 +375,6 @@ dlock_acquire_any(PG_FUNCTION_ARGS)
 	SetArgs		a;
 	TimestampTz start;
 	TimestampTz deadline;
-	TimestampTz held_until;
-	uint64		blocked = 0;
 	bool		granted;
 
 	if (rsinfo == NULL || !IsA(rsinfo, ReturnSetInfo) ||
@@ -415,10 +396,9 @@ dlock_acquire_any(PG_FUNCTION_ARGS)
 	rsinfo->setResult = tupstore;
 	rsinfo->setDesc = tupdesc;
 
-	granted = any_attempt(&a, &held_until, &blocked);
-	if (!granted && deadline > start)
-		granted = DlockWaitAcquireAny(a.hashes, a.n, deadline, any_attempt, &a,
-									  &a.info);
+	/* tries every name, then waits unless wait is 0 */
+	granted = DlockWaitAcquireAny(a.hashes, a.n, deadline, any_attempt_one, &a,
+								  &a.info);
 	DlockCountAcquire(granted, &a.info);
 	if (granted)
 	{

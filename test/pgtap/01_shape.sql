@@ -290,7 +290,7 @@ SELECT results_eq(
         ('dlock_stats_reset', '', 'f', 'u', 'dlock_stats_reset', '$libdir/dlock'),
         ('dlock_waiters_read', 'OUT pid integer, OUT datid oid, OUT roleid oid, OUT lock_name text, OUT kind text, '
                                'OUT names integer, OUT waiting_since timestamp with time zone, '
-                               'OUT wait_until timestamp with time zone, OUT "position" integer',
+                               'OUT wait_until timestamp with time zone, OUT "position" integer, OUT attempts bigint',
          'f', 'r', 'dlock_waiters_read', '$libdir/dlock')$$,
     'the extension''s schema has exactly these dlock functions (no other overloads), with these argument names and defaults (wait ''0'', owner NULL, mode ''latest''), PARALLEL UNSAFE but for the monitoring readers (RESTRICTED), the readers'' OUT columns, and C symbols named after them'
 );
@@ -324,8 +324,8 @@ SELECT results_eq(
        ORDER BY a.attnum$$,
     $$VALUES ('pid', 'integer'), ('database', 'name'), ('role', 'name'), ('lock_name', 'text'), ('kind', 'text'),
              ('names', 'integer'), ('waiting_since', 'timestamp with time zone'),
-             ('wait_until', 'timestamp with time zone'), ('position', 'integer')$$,
-    'dlock_waiters has exactly the columns pid integer, database name, role name, lock_name text, kind text, names integer, waiting_since/wait_until timestamptz, position integer, in that order'
+             ('wait_until', 'timestamp with time zone'), ('position', 'integer'), ('attempts', 'bigint')$$,
+    'dlock_waiters has exactly the columns pid integer, database name, role name, lock_name text, kind text, names integer, waiting_since/wait_until timestamptz, position integer, attempts bigint, in that order'
 );
 SELECT has_view(:'dlock_schema', 'dlock_stats', 'view dlock_stats exists in the extension''s schema');
 SELECT results_eq(

@@ -3,7 +3,7 @@
 # test/t/019_stats.pl
 #	  The counters of dlock_stats across real processes (src/stats.c;
 #	  docs/sql-reference.md, dlock_stats), and waiting queues kept apart
-#	  per database (src/wait.c, QUEUE_KEY).
+#	  per database (src/wait.c: a queue is a database and a name).
 #
 # Node "dlock_stats": dlock preloaded; databases sa and sb, each with the
 # extension.  Every workload is known, so every figure is checked exactly
