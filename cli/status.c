@@ -93,7 +93,8 @@ MS("pg_catalog.clock_timestamp()", "expires_at") " AS expires_in_ms"
 
 /*
  * The waiters of the current database: every column of dlock_waiters,
- * waiting_ms, and wait_left_ms (NULL when it waits forever), in the
+ * waiting_ms, and wait_left_ms (NULL when it waits forever), with the
+ * view's attempts last (the table leaves it out; --json shows it), in the
  * view's order: by name (byte by byte), then place in the queue
  * (position is NULL for kind 'any', which is not FIFO: last).
  */
@@ -102,7 +103,8 @@ static const char waiters_sql[] =
 ISO("waiting_since") ", " ISO("wait_until") ", w.position, "
 MS("w.waiting_since", "pg_catalog.clock_timestamp()") " AS waiting_ms,"
 " CASE WHEN pg_catalog.isfinite(w.wait_until) THEN "
-MS("pg_catalog.clock_timestamp()", "w.wait_until") " END AS wait_left_ms"
+MS("pg_catalog.clock_timestamp()", "w.wait_until") " END AS wait_left_ms,"
+" w.attempts"
 " FROM @extschema@.dlock_waiters w"
 " WHERE $1::pg_catalog.text IS NULL OR w.lock_name OPERATOR(pg_catalog.=) $1"
 " ORDER BY w.lock_name COLLATE pg_catalog.\"C\", w.position NULLS LAST, w.waiting_since, w.pid";

@@ -245,7 +245,7 @@ is_deeply(
 	[ sort keys %{ $ws->[0] } ],
 	[
 		sort qw(pid database role lock_name kind names waiting_since wait_until position
-		  waiting_ms wait_left_ms)
+		  waiting_ms wait_left_ms attempts)
 	],
 	'status --waiters --json: the columns of dlock_waiters, waiting_ms and wait_left_ms');
 my $view = sql(
