@@ -1144,6 +1144,23 @@ notifier_has_slot(Oid dboid)
 }
 
 /*
+ * run_utility runs a utility statement as PostgreSQL would without dlock's
+ * hook: the previous hook, or standard_ProcessUtility.
+ */
+static void
+run_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+			ProcessUtilityContext context, ParamListInfo params,
+			QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (prev_utility_hook)
+		prev_utility_hook(pstmt, queryString, readOnlyTree, context,
+						  params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/*
  * notifier_utility_hook is dlock's ProcessUtility_hook: before a database
  * command that fails while another process is connected to the database,
  * it stops that database's notifier (when the database has a slot and the
@@ -1173,24 +1190,16 @@ notifier_utility_hook(PlannedStmt *pstmt, const char *queryString,
 
 	if (!OidIsValid(dboid))
 	{
-		if (prev_utility_hook)
-			prev_utility_hook(pstmt, queryString, readOnlyTree, context,
-							  params, queryEnv, dest, qc);
-		else
-			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-									params, queryEnv, dest, qc);
+		run_utility(pstmt, queryString, readOnlyTree, context, params,
+					queryEnv, dest, qc);
 		return;
 	}
 
 	PG_TRY();
 	{
 		(void) notifier_stop_for(dboid);
-		if (prev_utility_hook)
-			prev_utility_hook(pstmt, queryString, readOnlyTree, context,
-							  params, queryEnv, dest, qc);
-		else
-			standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-									params, queryEnv, dest, qc);
+		run_utility(pstmt, queryString, readOnlyTree, context, params,
+					queryEnv, dest, qc);
 	}
 	PG_CATCH();
 	{

@@ -1142,11 +1142,12 @@ pending_sort(void)
 }
 
 /*
- * pending_find returns the index of the pending name (hash, its namelen
- * bytes at name), or -1.  The pending names are sorted.
+ * pending_first returns the index of the first pending name whose hash is
+ * not below hash (npending when there is none).  The pending names are
+ * sorted.
  */
 static int
-pending_find(uint64 hash, const char *name, int namelen)
+pending_first(uint64 hash)
 {
 	int			lo = 0;
 	int			hi = npending;
@@ -1161,7 +1162,19 @@ pending_find(uint64 hash, const char *name, int namelen)
 		else
 			hi = mid;
 	}
-	for (; lo < npending && pending[lo].hash == hash; lo++)
+	return lo;
+}
+
+/*
+ * pending_find returns the index of the pending name (hash, its namelen
+ * bytes at name), or -1.  The pending names are sorted.
+ */
+static int
+pending_find(uint64 hash, const char *name, int namelen)
+{
+	int			lo;
+
+	for (lo = pending_first(hash); lo < npending && pending[lo].hash == hash; lo++)
 		if (same_bytes(VARDATA_ANY(pending[lo].name),
 					   VARSIZE_ANY_EXHDR(pending[lo].name), name, namelen))
 			return lo;
@@ -1175,19 +1188,8 @@ pending_find(uint64 hash, const char *name, int namelen)
 static bool
 pending_has_hash(uint64 hash)
 {
-	int			lo = 0;
-	int			hi = npending;
+	int			lo = pending_first(hash);
 
-	Assert(pending_sorted);
-	while (lo < hi)
-	{
-		int			mid = lo + (hi - lo) / 2;
-
-		if (pending[mid].hash < hash)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
 	return lo < npending && pending[lo].hash == hash;
 }
 
