@@ -131,8 +131,10 @@ SELECT (classid::int8 << 32) | objid::int8 FROM pg_locks
 
 # 0.1 the SipHash-2-4 of src/name_hash.h against the paper's vectors
 {
-	my ($incdir, $libdir) =
-	  $node->config_data(qw(--includedir-server --pkglibdir));
+	# libpgcommon.a is in --pkglibdir in Debian's packages, in --libdir in
+	# a build from source
+	my ($incdir, $pkglibdir, $libdir) =
+	  $node->config_data(qw(--includedir-server --pkglibdir --libdir));
 	my $tmp = PostgreSQL::Test::Utils::tempdir;
 	my ($cc) = $node->config_data('--cc');
 	$cc = 'cc' if !defined $cc || $cc eq '';
@@ -143,7 +145,7 @@ SELECT (classid::int8 << 32) | objid::int8 FROM pg_locks
 			[
 				split(' ', $cc), '-O2',
 				"-I$incdir", "$top/tools/name-hash-cost.c",
-				"-L$libdir", '-lpgcommon',
+				"-L$pkglibdir", "-L$libdir", '-lpgcommon',
 				'-lpgport', '-o',
 				"$tmp/name-hash-cost"
 			]);
