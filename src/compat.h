@@ -219,6 +219,22 @@ typedef bool DlockUpdateIndexes;
 #endif
 
 /*
+ * DlockMayActFor reports whether role member may act for role, the holder
+ * role of a lease: renew or release it, keep it from being taken over.
+ * Superusers may for every role.  From PostgreSQL 16 on a membership can
+ * give neither the role's privileges nor SET ROLE (granted WITH INHERIT
+ * FALSE, SET FALSE, as CREATEROLE's own grants are): it does not count;
+ * one that gives either does.  Before 16 every member may SET ROLE, so
+ * every member counts.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DlockMayActFor(member, role) \
+	(has_privs_of_role((member), (role)) || member_can_set_role((member), (role)))
+#else
+#define DlockMayActFor(member, role)	is_member_of_role((member), (role))
+#endif
+
+/*
  * A set-returning function's materialized result (funcapi.h): 15.0 named
  * it SetSingleFuncCall, 15.1 on InitMaterializedSRF.
  */

@@ -983,7 +983,7 @@ DlockLeaseFindHeld(const DlockLeaseTable *table, text **names, int n,
  * order: a token that is not the row's current token changes nothing
  * (DLOCK_STORE_NOT_HELD, whoever asks: a holder whose lease was taken
  * over, by any role, learns that it lost it); the current token named by
- * a caller who may not act for the row's holder role (is_member_of_role:
+ * a caller who may not act for the row's holder role (DlockMayActFor:
  * that role, a member of it, a superuser) changes nothing and locks
  * nothing (DLOCK_STORE_DENIED: the caller raises 42501); an ended lease
  * changes nothing.  Sets c->outcome and c->holder (the row's holder role,
@@ -1022,7 +1022,7 @@ DlockLeaseChange(const DlockLeaseTable *table, DlockLeaseChangeOp *c)
 			c->holder = row.f.holder_role;
 			/* checked before anything is written or locked */
 			Assert(OidIsValid(c->caller));
-			if (!is_member_of_role(c->caller, row.f.holder_role))
+			if (!DlockMayActFor(c->caller, row.f.holder_role))
 			{
 				UnregisterSnapshot(snapshot);
 				c->outcome = DLOCK_STORE_DENIED;
@@ -1212,14 +1212,18 @@ lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
  * from truncating the table under the hint) and AccessShareLock on its
  * index, kept until the transaction ends.  Runs as the caller (locking a
  * row directly checks no privilege), so the holder-role rule is applied
- * here: when the visible version carries the writer's token but the caller
- * (GetUserId) may not act for its holder role (is_member_of_role: that
- * role, a member of it, a superuser), nothing is locked, the lease is
- * returned as read, and lease->denied is set (the fence raises 42501).
- * Only the holder can keep its lease from being taken over past its
- * expiry.  A token that is not the visible one is locked and compared as
- * before: the write is rejected, and its (sub)transaction's abort releases
- * the lock.  The lookup evaluates no user-defined function.
+ * here, to the session's role (GetOuterUserId: the role SET ROLE made
+ * current, not the owner of a SECURITY DEFINER function or of the table a
+ * foreign key's cascade writes, which runs as that owner): only the
+ * holder keeps its lease from being taken over past its expiry.  When the
+ * visible version carries the writer's token but that role may not act
+ * for its holder role (DlockMayActFor), nothing is locked, the lease is
+ * returned as read, and lease->denied is set (the fence raises 42501).  A
+ * version the lock follows an update to (a takeover that was in flight)
+ * is checked the same way after it is locked: then the lock is held, and
+ * the 42501 that ends the (sub)transaction releases it, as the 55T01 of a
+ * token that is not current does.  The lookup evaluates no user-defined
+ * function.
  */
 void
 DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
@@ -1235,6 +1239,7 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 	int64		cached_token;
 	bool		hinted;
 	bool		seen;
+	Oid			actor = GetOuterUserId();
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, RowShareLock);
@@ -1268,7 +1273,7 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 	{
 		Oid			holder = DatumGetObjectId(lease_field(slot, table->att_holder_role));
 
-		if (!is_member_of_role(GetUserId(), holder))
+		if (!DlockMayActFor(actor, holder))
 		{
 			/* the holder-role rule: not locked, not to be taken over */
 			lease->found = true;
@@ -1310,7 +1315,20 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 				elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
 		}
 		if (lease->found)
+		{
 			lease_fence_fields(table, slot, lease);
+			if (lease->token == token)
+			{
+				Oid			holder = DatumGetObjectId(lease_field(slot, table->att_holder_role));
+
+				/* a takeover the lock waited for may have another holder */
+				if (!DlockMayActFor(actor, holder))
+				{
+					lease->denied = true;
+					lease->holder = holder;
+				}
+			}
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);

@@ -30,7 +30,8 @@
  * table of its own, fenced by any template it likes, only moves marks of
  * its own.  The tables with 'seen' fences are read from pg_trigger once
  * and kept until the next relcache invalidation (a trigger, an owner or a
- * privilege that changes invalidates its table's entry).
+ * privilege that changes invalidates its table's entry; store.c counts
+ * them).
  *
  * Concurrency: why no write with a lower token commits after one with a
  * higher token.
@@ -84,7 +85,6 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/syscache.h"
@@ -264,25 +264,19 @@ typedef struct SeenFence
 /*
  * The 'seen' fences of the database, read from pg_trigger by seen_fences,
  * for the dlock_fence function seen_fence_fn; in seen_cxt, a child of
- * TopMemoryContext, until a relcache invalidation makes them stale.
+ * TopMemoryContext.  The list is current while seen_built is set and no
+ * relcache invalidation came since seen_invals (DlockStoreRelcacheInvals:
+ * a trigger created, dropped, enabled or disabled, a table whose owner
+ * changed, a table dropped all invalidate the table's entry).  A scan that
+ * an error interrupts leaves seen_built unset, so the next call reads
+ * pg_trigger again.
  */
 static MemoryContext seen_cxt = NULL;
 static SeenFence *seen_list = NULL;
 static int	seen_count = 0;
-static bool seen_valid = false;
+static bool seen_built = false;
+static uint64 seen_invals = 0;
 static Oid	seen_fence_fn = InvalidOid;
-static bool seen_callback_registered = false;
-
-/*
- * seen_relcache_callback makes the list stale on every relcache
- * invalidation: a trigger created, dropped, enabled or disabled, a table
- * whose owner changed, a table dropped.  It only flips a flag.
- */
-static void
-seen_relcache_callback(Datum arg, Oid relid)
-{
-	seen_valid = false;
-}
 
 /*
  * seen_trigger_args splits the bytea tgargs of a pg_trigger row into its
@@ -322,21 +316,17 @@ seen_fences(Oid fence_fn)
 	MemoryContext oldcxt;
 	int			cap = 8;
 
-	if (seen_valid && seen_fence_fn == fence_fn)
+	uint64		invals = DlockStoreRelcacheInvals();
+
+	if (seen_built && seen_invals == invals && seen_fence_fn == fence_fn)
 		return;
-	if (!seen_callback_registered)
-	{
-		CacheRegisterRelcacheCallback(seen_relcache_callback, (Datum) 0);
-		seen_callback_registered = true;
-	}
 	if (seen_cxt == NULL)
 		seen_cxt = AllocSetContextCreate(TopMemoryContext, "dlock seen fences",
 										 ALLOCSET_SMALL_SIZES);
 	MemoryContextReset(seen_cxt);
 	seen_list = NULL;
 	seen_count = 0;
-	/* invalidations that arrive during the scan make the result stale */
-	seen_valid = true;
+	seen_built = false;
 	seen_fence_fn = fence_fn;
 
 	oldcxt = MemoryContextSwitchTo(seen_cxt);
@@ -383,6 +373,9 @@ seen_fences(Oid fence_fn)
 	systable_endscan(scan);
 	table_close(trigrel, AccessShareLock);
 	MemoryContextSwitchTo(oldcxt);
+	/* invalidations that came during the scan leave it stale for next time */
+	seen_invals = invals;
+	seen_built = true;
 }
 
 /*

@@ -228,6 +228,9 @@ static DlockStoreCache store_cache;
 
 static bool callback_registered = false;
 
+/* Every relcache invalidation this backend has seen (DlockStoreRelcacheInvals). */
+static uint64 relcache_invals = 0;
+
 /* The identity to restore after running as the table owner. */
 typedef struct DlockStoreSession
 {
@@ -240,18 +243,50 @@ typedef struct DlockStoreSession
 	(InLocalUserIdChange() && GetUserId() == store_cache.table.owner)
 
 /*
- * store_relcache_callback marks the cache stale when the lease table's
- * relcache entry is invalidated (or all entries are).  It only flips a
- * flag: freeing plans here could pull them from under a running call.
+ * store_relcache_callback counts every relcache invalidation
+ * (DlockStoreRelcacheInvals) and marks the cache stale when the lease
+ * table's entry is invalidated (or all entries are).  It only counts and
+ * flips a flag: freeing plans here could pull them from under a running
+ * call.
  */
 static void
 store_relcache_callback(Datum arg, Oid relid)
 {
+	relcache_invals++;
 	if (!OidIsValid(relid) || relid == store_cache.table.relid)
 	{
 		store_cache.valid = false;
 		store_cache.inval_count++;
 	}
+}
+
+/*
+ * store_register_callback registers store_relcache_callback, once per
+ * backend (PostgreSQL allows an extension few relcache callbacks: dlock
+ * registers this one only).
+ */
+static void
+store_register_callback(void)
+{
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(store_relcache_callback, (Datum) 0);
+		callback_registered = true;
+	}
+}
+
+/*
+ * DlockStoreRelcacheInvals returns how many relcache invalidations (of any
+ * relation) this backend has processed since it registered dlock's
+ * callback, which it does now if it has not: a cache of catalog contents
+ * that any relation's change may change (mark.c's list of 'seen' fences)
+ * is current while this number has not moved since it was read.
+ */
+uint64
+DlockStoreRelcacheInvals(void)
+{
+	store_register_callback();
+	return relcache_invals;
 }
 
 /*
@@ -304,11 +339,7 @@ store_prepare_cache(Oid fn_oid)
 	memset(store_cache.fns, 0, sizeof(store_cache.fns));
 	inval_start = store_cache.inval_count;
 
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(store_relcache_callback, (Datum) 0);
-		callback_registered = true;
-	}
+	store_register_callback();
 
 	for (i = 0; i < NUM_STMTS; i++)
 	{

@@ -47,6 +47,7 @@ extern DlockLeaseTable *DlockStoreTable(void);
 extern Oid	DlockStoreTokenSeq(void);
 extern Oid	DlockStoreTokenOrigin(void);
 extern void DlockStoreRequireMarks(void);
+extern uint64 DlockStoreRelcacheInvals(void);
 extern Oid	DlockStoreMarkTable(AttrNumber *att_owner, AttrNumber *att_name,
 								AttrNumber *att_token);
 

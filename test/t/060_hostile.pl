@@ -224,6 +224,70 @@ CREATE TRIGGER mine_fence BEFORE INSERT ON mine
   FOR EACH ROW EXECUTE FUNCTION dlock_fence('pin:b', 'tok', 'live');
 INSERT INTO mine VALUES (1, TOKEN)},
 	'live fence on a table of its own');
+# A foreign key's cascade writes the referencing table as its owner; the
+# holder-role rule judges the session's role.  pinc_child is alice's, and
+# fenced in mode live: mallory, who may delete from the parent, cannot pin
+# alice's lease through the cascade; alice's own cascade into a table that
+# another role owns is hers (it used to fail with 42501).
+$node->safe_psql(
+	'postgres', q{
+CREATE TABLE pinc_parent (id int PRIMARY KEY);
+CREATE TABLE pinc_child (pid int PRIMARY KEY REFERENCES pinc_parent ON DELETE CASCADE, tok bigint);
+CREATE TRIGGER pinc_child_fence BEFORE INSERT OR UPDATE OR DELETE ON pinc_child
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('pinc:{pid}', 'tok', 'live');
+ALTER TABLE pinc_child OWNER TO alice;
+INSERT INTO pinc_parent VALUES (1), (2);
+GRANT SELECT, DELETE ON pinc_parent TO mallory, alice;
+CREATE TABLE pinc_child2 (pid int PRIMARY KEY REFERENCES pinc_parent ON DELETE CASCADE, tok bigint);
+CREATE TRIGGER pinc_child2_fence BEFORE INSERT OR UPDATE OR DELETE ON pinc_child2
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('pinc2:{pid}', 'tok', 'live');
+ALTER TABLE pinc_child2 OWNER TO ops;
+GRANT INSERT ON pinc_child2 TO alice;
+});
+{
+	my $tok = acquire('alice', 'pinc:1');
+	as('alice', "INSERT INTO pinc_child VALUES (1, $tok)");
+	my $s = bg_session($node, 'mallory', 'postgres', 'mallory');
+	bg_start($s,
+		"BEGIN;
+SELECT dlock_check('pinc:1', $tok);
+DELETE FROM pinc_parent WHERE id = 1;");
+	my (undef, $state) = bg_finish($s);
+	is($state, '42501',
+		"3: mallory's DELETE that cascades into alice's live-fenced table: 42501 (the session's role is judged, not the table's owner)"
+	);
+	is(as('alice', "SELECT dlock_release('pinc:1', $tok)"),
+		't', "3: alice releases pinc:1 while mallory's transaction is open");
+	like(as('bob', "SELECT dlock_acquire('pinc:1', '1 hour')"),
+		qr/^\d+\z/, '3: bob gets pinc:1 at once: the cascade kept nothing locked');
+	bg_start($s, 'ROLLBACK;');
+	bg_finish($s);
+	bg_close($s);
+	my $tok2 = acquire('alice', 'pinc2:2');
+	as('alice', "INSERT INTO pinc_child2 VALUES (2, $tok2)");
+	is( state_as(
+			'alice',
+			"BEGIN; SELECT dlock_check('pinc2:2', $tok2, 'live'); DELETE FROM pinc_parent WHERE id = 2; COMMIT"
+		),
+		'00000',
+		"3: alice's own DELETE that cascades into ops's live-fenced table under her lease is accepted"
+	);
+}
+# From PostgreSQL 16 on a membership may give neither the role's
+# privileges nor SET ROLE: it does not let a role act for the holder.
+SKIP:
+{
+	skip 'memberships WITH INHERIT FALSE, SET FALSE exist from PostgreSQL 16 on', 2
+	  if $node->pg_version < 16;
+	$node->safe_psql('postgres',
+		'CREATE ROLE auditor LOGIN; GRANT alice TO auditor WITH INHERIT FALSE, SET FALSE');
+	my $tok = acquire('alice', 'aud:1');
+	is(state_as('auditor', "SELECT dlock_release('aud:1', $tok)"),
+		'42501',
+		"3: a member of alice WITH INHERIT FALSE, SET FALSE cannot release alice's lease (42501)");
+	is(state_as('auditor', "BEGIN; SELECT dlock_check('aud:1', $tok, 'live')"),
+		'42501', "3: nor keep it from being taken over (42501)");
+}
 is(state_as('mallory', 'BEGIN; SELECT * FROM dlock_leases FOR KEY SHARE'),
 	'42501', '3: mallory cannot lock rows of dlock_leases (42501)');
 is(state_as('mallory', 'BEGIN; LOCK TABLE dlock_leases IN SHARE ROW EXCLUSIVE MODE'),
@@ -272,6 +336,31 @@ is(state_as('alice', 'UPDATE shard SET tok = 101 WHERE id = 1'),
 		"4: alice's write under ord:2 does not wait for mallory's open transaction");
 	bg_start($s, 'ROLLBACK;');
 	bg_finish($s);
+	bg_close($s);
+}
+# A dlock_check in mode seen that is interrupted while it reads the
+# catalog (here a lock timeout on pg_trigger) does not leave the session
+# without the list of fenced tables: the next check reads it again.
+{
+	my $lock = bg_session($node, 'locker');
+	bg_start($lock, "BEGIN;
+LOCK TABLE pg_trigger IN ACCESS EXCLUSIVE MODE;");
+	bg_finish($lock);
+	# a relcache invalidation first, so that alice's session must read pg_trigger
+	$node->safe_psql('postgres', 'CREATE TABLE inval_me (id int)');
+	my $s = bg_session($node, 'alice', 'postgres', 'alice');
+	bg_start($s,
+		"SET lock_timeout = '200ms';
+SELECT dlock_check('ord:1', 200, 'seen');");
+	my (undef, $state) = bg_finish($s);
+	is($state, '55P03', '4: a seen check that waits for pg_trigger times out (55P03)');
+	bg_start($lock, 'COMMIT;');
+	bg_finish($lock);
+	bg_close($lock);
+	bg_start($s, "SELECT dlock_check('ord:1', 200, 'seen');");
+	my ($out, $state2) = bg_finish($s);
+	is("$state2 $out", '00000 200',
+		"4: the same session's next seen check reads the fenced tables again and passes");
 	bg_close($s);
 }
 is(state_as('alice', "INSERT INTO names VALUES (repeat('n', 513), 1)"),
