@@ -108,10 +108,12 @@
  * datistemplate flag), CREATEDB (RENAME, CREATE), the names that must
  * exist or be free, the current database, the tablespace (exists, CREATE
  * on it, not pg_global, not the database's own).  What it does not repeat
- * needs the command's own work or more than these privileges (CREATE's
- * encoding, locale and other options, DROP's active replication slots
- * and subscriptions, other sessions connected): a role that fails those
- * on purpose could run the same command so that it succeeds.  The hook
+ * needs the command's own work (CREATE's encoding, locale and other
+ * options; the other sessions connected, which the command waits for) or
+ * privileges beyond these (DROP's active replication slots and
+ * subscriptions): only a role that passed the checks above can fail
+ * those, so the roles that can stop a notifier stay the database's owner
+ * (and superusers) and, for a template, the roles with CREATEDB.  The hook
  * sets its stop mark (below), sets the notifier's latch and waits up to
  * NOTIFIER_EXIT_WAIT_MS for it to send its exit event and leave the proc
  * array, then sends it SIGTERM and waits until NOTIFIER_STOP_WAIT_MS have
@@ -202,7 +204,7 @@
 /* dlock.notify_queue_size: kB of queue per database (0: no notifier) */
 int			dlock_notify_queue_size = 256;
 
-/* dlock.notifier_idle_timeout: ms with nothing to do before a notifier exits */
+/* dlock.notifier_idle_timeout: ms with nothing to do before it exits */
 int			dlock_notifier_idle_timeout = 10000;
 
 /* The channel of lease events. */
@@ -238,9 +240,9 @@ typedef enum NotifierState
 	NOTIFIER_NONE,				/* none: the next committer starts one */
 	NOTIFIER_STARTING,			/* registered, not attached yet */
 	NOTIFIER_RUNNING,			/* attached: pid is set */
-	NOTIFIER_EXITING			/* committing its exit event: pid is set,
-								 * the view shows none, nobody starts
-								 * another (file header) */
+	NOTIFIER_EXITING			/* committing its exit event: pid is set, the
+								 * view shows none, nobody starts another
+								 * (file header) */
 } NotifierState;
 
 /* A database's queue and notifier. */
@@ -255,8 +257,8 @@ typedef struct NotifierSlot
 	TimestampTz started_at;		/* when it attached */
 	uint64		sent;			/* notifications sent */
 	uint64		dropped;		/* lease changes not sent (file header) */
-	int64		unsent;			/* changes dropped and not yet told of by
-								 * an "overflow" event */
+	int64		unsent;			/* changes dropped and not yet told of by an
+								 * "overflow" event */
 	uint64		queued;			/* records in the ring */
 	uint64		head;			/* bytes ever appended */
 	uint64		tail;			/* bytes ever taken by the notifier */
@@ -624,6 +626,7 @@ my_slot(void)
 	}
 	return -1;
 }
+
 /*
  * ring_put writes a record (xid, overflow, counted, payload) at *pos of
  * slot's ring and moves *pos past it, when the ring has room between *pos
@@ -1103,7 +1106,7 @@ notifier_pass(void)
 		nsent = 0;
 		if (in_record)
 		{
-			/* the record being looked up or sent: skip it, or it would raise again */
+			/* the record looked up or sent: skip it, or it raises again */
 			if (looking_up)
 				unresolved_xid = rec->xid;
 			if (!rec->counted)
@@ -1309,7 +1312,7 @@ dlock_notifier_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		if (notifier_stop_wanted())
-			notifier_leave(true);
+			notifier_leave(true);	/* does not return */
 
 		pass = notifier_pass();
 		if (pass != PASS_IDLE)

@@ -1145,7 +1145,7 @@ ALTER DATABASE evl SET dlock.notify = on;
 		my $c = bg_session($node, "c_$db");
 		$c->{bg}->query_safe('BEGIN; LOCK TABLE pg_database IN SHARE MODE');
 		my $a = bg_session($node, "a_$db");
-		bg_start($a, "DROP DATABASE $db");
+		bg_start($a, "DROP DATABASE $db;");
 		$node->poll_query_until('postgres',
 			"SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $a->{pid}")
 		  or die "the DROP DATABASE of $db does not wait for pg_database";
