@@ -1032,16 +1032,19 @@ notifier_pass(void)
 				looking_up = true;
 				if (TransactionIdEquals(rec->xid, unresolved_xid))
 					outcome = XACT_UNKNOWN;
-				/* until it is visible, a committed xid is in progress */
-				else if (TransactionIdIsInProgress(rec->xid))
-				{
-					result = PASS_WAIT;
-					break;
-				}
-				else if (TransactionIdDidCommit(rec->xid))
-					outcome = XACT_COMMITTED;
 				else
-					outcome = XACT_ABORTED;
+				{
+					/* a transaction's records are contiguous: it is past */
+					unresolved_xid = InvalidTransactionId;
+					/* until it is visible, a committed xid is in progress */
+					if (TransactionIdIsInProgress(rec->xid))
+					{
+						result = PASS_WAIT;
+						break;
+					}
+					outcome = TransactionIdDidCommit(rec->xid) ?
+						XACT_COMMITTED : XACT_ABORTED;
+				}
 				looking_up = false;
 				decided = rec->xid;
 			}
