@@ -28,8 +28,9 @@
  *     the name reaches pre-commit, and the queue, only after the earlier
  *     one's transaction has ended, so after its append.  The notifier
  *     sends in queue order, from one process whose transactions commit one
- *     after the other, and PostgreSQL delivers one sender's notifications
- *     in its commit order;
+ *     after the other, and PostgreSQL delivers notifications in commit
+ *     order; a database's next notifier attaches only after the last one
+ *     has left the slot, after its last commit (or its death);
  *   - a committer never waits for the notifier and never takes
  *     PostgreSQL's notification lock (PreCommit_Notify's cluster-wide
  *     lock, held until the commit has ended): appending is a copy into
