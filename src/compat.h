@@ -207,19 +207,6 @@ typedef bool DlockUpdateIndexes;
 #endif
 
 /*
- * Whether role roleid owns (or has the privileges of the owner of) database
- * dboid: pg_database_ownercheck before PostgreSQL 16, object_ownercheck
- * from 16 on.
- */
-#if PG_VERSION_NUM >= 160000
-#define DlockDatabaseOwnercheck(dboid, roleid) \
-	object_ownercheck(DatabaseRelationId, (dboid), (roleid))
-#else
-#define DlockDatabaseOwnercheck(dboid, roleid) \
-	pg_database_ownercheck((dboid), (roleid))
-#endif
-
-/*
  * Whether role roleid may create objects in tablespace spcoid (ACL_CREATE):
  * pg_tablespace_aclcheck before PostgreSQL 16, object_aclcheck from 16 on.
  */
@@ -241,6 +228,19 @@ typedef bool DlockUpdateIndexes;
 #define DlockCanSetRole(member, role)	member_can_set_role((member), (role))
 #else
 #define DlockCanSetRole(member, role)	is_member_of_role((member), (role))
+#endif
+
+/*
+ * Whether role roleid owns (or has the privileges of the owner of) database
+ * dboid: pg_database_ownercheck before PostgreSQL 16, object_ownercheck
+ * from 16 on.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DlockDatabaseOwnercheck(dboid, roleid) \
+	object_ownercheck(DatabaseRelationId, (dboid), (roleid))
+#else
+#define DlockDatabaseOwnercheck(dboid, roleid) \
+	pg_database_ownercheck((dboid), (roleid))
 #endif
 
 /*
