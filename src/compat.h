@@ -26,6 +26,7 @@
 #include "access/genam.h"
 #include "access/tableam.h"
 #include "catalog/pg_database.h"
+#include "catalog/pg_tablespace.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
@@ -203,6 +204,30 @@ typedef bool DlockUpdateIndexes;
 #define DLOCK_HAS_TRANSACTION_TIMEOUT	true
 #else
 #define DLOCK_HAS_TRANSACTION_TIMEOUT	false
+#endif
+
+/*
+ * Whether role roleid may create objects in tablespace spcoid (ACL_CREATE):
+ * pg_tablespace_aclcheck before PostgreSQL 16, object_aclcheck from 16 on.
+ */
+#if PG_VERSION_NUM >= 160000
+#define DlockTablespaceCreateOk(spcoid, roleid) \
+	(object_aclcheck(TableSpaceRelationId, (spcoid), (roleid), ACL_CREATE) == ACLCHECK_OK)
+#else
+#define DlockTablespaceCreateOk(spcoid, roleid) \
+	(pg_tablespace_aclcheck((spcoid), (roleid), ACL_CREATE) == ACLCHECK_OK)
+#endif
+
+/*
+ * Whether role member may make role the owner of what it creates, as
+ * CREATE DATABASE ... OWNER checks it: membership before PostgreSQL 16
+ * (check_is_member_of_role), the right to SET ROLE to it from 16 on
+ * (check_can_set_role).
+ */
+#if PG_VERSION_NUM >= 160000
+#define DlockCanSetRole(member, role)	member_can_set_role((member), (role))
+#else
+#define DlockCanSetRole(member, role)	is_member_of_role((member), (role))
 #endif
 
 /*

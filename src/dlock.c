@@ -95,7 +95,8 @@ _PG_init(void)
 	 * The sizes of the cache and of the notifiers' queues are fixed at
 	 * server start, so they are settings only when preloaded: a
 	 * PGC_POSTMASTER setting cannot be defined by a library loaded later
-	 * (and without preload there is neither).
+	 * (and without preload there is neither).  The notifier's idle timeout
+	 * is read by notifiers only, which exist only with preload.
 	 */
 	if (process_shared_preload_libraries_in_progress)
 	{
@@ -123,6 +124,19 @@ _PG_init(void)
 								PGC_POSTMASTER,
 								GUC_UNIT_KB,
 								check_notify_queue_size, NULL, NULL);
+		DefineCustomIntVariable("dlock.notifier_idle_timeout",
+								"How long a notifier waits with nothing to send before it exits.",
+								"With shared_preload_libraries = 'dlock': an idle notifier gives its "
+								"background worker back (and its connection to the database) after "
+								"this long, telling listeners by a notifier_exit event; the next "
+								"lease change with an event starts another.",
+								&dlock_notifier_idle_timeout,
+								10000,
+								100,
+								INT_MAX,
+								PGC_SIGHUP,
+								GUC_UNIT_MS,
+								NULL, NULL, NULL);
 	}
 
 	DefineCustomBoolVariable("dlock.fence_cache",

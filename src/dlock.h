@@ -177,9 +177,11 @@ extern void DlockEventPurge(text *lock_name, int64 token);
 extern bool DlockEventsWanted(bool takeover_or_break);
 extern bool DlockEventsWantOwner(void);
 extern char *DlockEventOverflowPayload(int64 count);
+extern const char *DlockEventNotifierExitPayload(void);
 
 /* notifier.c: the notifier, which sends the events (needs preload) */
 extern int	dlock_notify_queue_size;	/* dlock.notify_queue_size, kB */
+extern int	dlock_notifier_idle_timeout;	/* dlock.notifier_idle_timeout, ms */
 extern Size DlockNotifierShmemSize(void);
 extern void DlockNotifierShmemInit(void);
 extern void DlockNotifierInit(void);

@@ -312,6 +312,18 @@ DlockEventOverflowPayload(int64 count)
 }
 
 /*
+ * DlockEventNotifierExitPayload returns the JSON text of the NOTIFY payload
+ * of the "notifier_exit" event, the last notification a notifier sends
+ * before it exits (notifier.c): a listener drops its sender's pid from the
+ * pids it accepts (docs/sql-reference.md, the listener's rule).
+ */
+const char *
+DlockEventNotifierExitPayload(void)
+{
+	return "{\"event\": \"notifier_exit\", \"lock_name\": null, \"token\": null, \"previous_token\": null}";
+}
+
+/*
  * event_payload returns the JSON text of ev's NOTIFY payload.
  */
 static char *

@@ -28,8 +28,9 @@
  *     the name reaches pre-commit, and the queue, only after the earlier
  *     one's transaction has ended, so after its append.  The notifier
  *     sends in queue order, from one process whose transactions commit one
- *     after the other, and PostgreSQL delivers one sender's notifications
- *     in its commit order;
+ *     after the other, and PostgreSQL delivers notifications in commit
+ *     order; a database's next notifier attaches only after the last one
+ *     has left the slot, after its last commit (or its death);
  *   - a committer never waits for the notifier and never takes
  *     PostgreSQL's notification lock (PreCommit_Notify's cluster-wide
  *     lock, held until the commit has ended): appending is a copy into
@@ -48,37 +49,98 @@
  *     "overflow" events into one transaction;
  *   - a PREPAREd transaction never reaches pre-commit and appends nothing.
  *
+ * The notifier resolves transactions in a transaction of its own under a
+ * snapshot it holds while it looks: TransactionIdIsInProgress answers
+ * "not running" for an xid below RecentXmin without looking, and may read
+ * pg_subtrans, which is kept only back to the oldest xmin of the running
+ * processes (and asserts that the xid is not below TransactionXmin); a
+ * fresh snapshot sets both, and holding it keeps pg_subtrans from being
+ * truncated past them (procarray.c and subtrans.c of 15, 17 and 18).  A
+ * record whose transaction cannot be resolved (the lookup raises: its
+ * clog segment truncated, say) is dropped and counted, and so are the
+ * later records of that transaction, without another lookup.
+ *
  * The notifier's life: the first committer of a database with records to
  * send registers it (RegisterDynamicBackgroundWorker, never restarted by
  * the postmaster); it attaches to its database's slot (a start
  * generation in bgw_extra makes a late or second worker exit at once),
  * connects as the bootstrap superuser (so only superusers can signal it),
- * and runs until the server stops, a superuser terminates it, or a
- * database command needs it gone; the next committer with records
- * starts another.  When no background worker slot is free
- * (max_worker_processes), the database's queued records are dropped with
- * a WARNING and counted.  A registered worker that has not attached after
- * NOTIFIER_START_TIMEOUT_MS is taken as lost and registered again.
+ * and runs until it has had nothing to do for dlock.notifier_idle_timeout
+ * (its queue empty, no transaction to wait for), a database command
+ * needs it gone, a superuser terminates it, or the server stops; the next
+ * committer with records starts another.  When no background worker slot
+ * is free (max_worker_processes), the database's queued records are
+ * dropped with a WARNING and counted.  A registered worker that has not
+ * attached after NOTIFIER_START_TIMEOUT_MS is taken as lost and
+ * registered again.
  *
- * Database commands: DROP DATABASE, CREATE DATABASE ... TEMPLATE, ALTER
+ * Its last word: before a notifier exits because it was idle or because a
+ * database command stopped it, it sends a "notifier_exit" event, in a
+ * transaction of its own (after the "overflow" event for changes it
+ * dropped and has not told of, when PostgreSQL's queue has room; else
+ * that count stays in the slot for the next notifier).  A listener drops
+ * the sender's pid from the pids it accepts (docs/sql-reference.md), so
+ * that a later notification from that pid, which could come from a
+ * process that reused it, makes it read dlock_notifier again.  That read
+ * must never show the pid of a notifier that has said its last word and
+ * may be gone: the notifier marks its slot EXITING (the view shows no
+ * pid) before it commits the event, under the lock, and from EXITING it
+ * either leaves the slot (NONE) and exits, or, when records were queued
+ * after an idle notifier decided to leave, becomes RUNNING again, alive,
+ * so the view shows the pid again only while no other process can have
+ * it.  While a notifier is EXITING, committers queue records, wake it and
+ * start nobody.  A notifier that cannot commit its exit event stays when
+ * it was idle, and exits without it when a command stopped it.  A
+ * notifier terminated by a superuser (SIGTERM: die) or ended by a FATAL
+ * error sends no exit event: listeners keep its pid until they read the
+ * view for another reason (docs/sql-reference.md says so).
+ *
+ * Database commands: DROP DATABASE, CREATE DATABASE (from its template:
+ * the one named, or template1 when none is, in 15, 17 and 18), ALTER
  * DATABASE ... RENAME and ... SET TABLESPACE fail while another process
  * is connected to the database (CountOtherDBBackends waits 5 s, in 15, 17
  * and 18).  dlock's ProcessUtility_hook (every backend has it: dlock is
- * preloaded) stops that database's notifier first, when the user owns the
- * database: it marks the slot stopped by its own pid (no notifier starts
- * while that backend lives and the mark stays), sends the notifier
- * SIGTERM and waits up to NOTIFIER_STOP_WAIT_MS for it to leave the proc
- * array, runs the command, then clears the mark; after a DROP it frees
- * the slot and drops its records, otherwise it starts a notifier again
- * when records are queued.  A worker that finds its slot stopped exits
- * before connecting.
+ * preloaded) stops that database's notifier first, but only for a command
+ * that gets that far: one that passes the checks PostgreSQL makes before
+ * that wait, which command_database repeats (from dbcommands.c and
+ * utility.c of 15, 17 and 18): a read-only transaction, a transaction
+ * block or function where the command refuses to run, ownership of the
+ * database (for the template of CREATE DATABASE: ownership or its
+ * datistemplate flag), CREATEDB (RENAME, CREATE), the names that must
+ * exist or be free, the current database, the tablespace (exists, CREATE
+ * on it, not pg_global, not the database's own).  What it does not repeat
+ * needs the command's own work (CREATE's encoding, locale and other
+ * options; the other sessions connected, which the command waits for) or
+ * privileges beyond these (DROP's active replication slots and
+ * subscriptions): only a role that passed the checks above can fail
+ * those, so the roles that can stop a notifier stay the database's owner
+ * (and superusers) and, for a template, the roles with CREATEDB.  The hook
+ * sets its stop mark (below), sets the notifier's latch and waits up to
+ * NOTIFIER_EXIT_WAIT_MS for it to send its exit event and leave the proc
+ * array, then sends it SIGTERM and waits until NOTIFIER_STOP_WAIT_MS have
+ * passed in all; it runs the command and clears its mark; after a DROP
+ * it frees the slot and drops its records, otherwise it starts a
+ * notifier again when records are queued.  A worker that finds its
+ * database marked exits before connecting; a running one leaves.
+ *
+ * Stop marks: one entry per backend (by PGPROC number) naming the database
+ * whose notifier its command needs gone, and a count of the entries in
+ * use.  A database's notifier does not start, attach or keep running
+ * while any entry names it: two commands on one database each have their
+ * own mark, and a database that has no slot yet is covered as well.  A
+ * backend clears its entry after its command, on ERROR (the hook) and at
+ * exit (a before_shmem_exit callback, for FATAL); a crash resets shared
+ * memory.  A backend marks one database at a time: a database command run
+ * while its own backend's mark is set (by another hook, say) does not
+ * stop anything.
  *
  * Without preload there is no shared memory and no notifier: dlock.notify
  * then sends nothing (events.c warns once per session), and the view has
  * no rows.  dlock.notify_queue_size = 0 does the same with preload.
  *
  * Memory: one slot per possible notifier (max_worker_processes), each
- * with a ring of dlock.notify_queue_size kB for its database's records.
+ * with a ring of dlock.notify_queue_size kB for its database's records,
+ * and one stop mark per PGPROC.
  * A record (NotifyRecord, MAXALIGNed) never wraps: a writer that reaches
  * the ring's end marks the rest unused (size 0) and goes on at its start.
  * head and tail are byte counts that only grow; the ring holds
@@ -86,16 +148,16 @@
  *
  * Concurrency: the "dlock notify" LWLock (one, its own tranche).
  * Exclusive to take, reassign or free a slot, to append records (move
- * head), to move tail, and to change a slot's state, pid, stop mark or
- * counters; shared to read them (the view, the wake-up, the notifier's
- * look at head).  The bytes from tail to head are written only by an
- * appender before it moves head, and read only by the slot's notifier,
- * which alone moves tail, after it is done with them; an appender writes
- * only between head and tail + ring size, which it reads under the lock.
- * So the notifier reads records without the lock.  Lock order: this lock
- * may be held while BackendPidGetProc takes ProcArrayLock; nothing else
- * is taken under it, nothing waits under it, and latches are set and
- * signals sent after it is released.
+ * head), to move tail, to change a slot's state, pid or counters, and to
+ * set or clear a stop mark; shared to read them (the view, the wake-up,
+ * the notifier's look at head and at the marks).  The bytes from tail to
+ * head are written only by an appender before it moves head, and read
+ * only by the slot's notifier, which alone moves tail, after it is done
+ * with them; an appender writes only between head and tail + ring size,
+ * which it reads under the lock.  So the notifier reads records without
+ * the lock.  Lock order: no other lock is taken under this one, nothing
+ * waits under it, and latches are set and signals sent after it is
+ * released.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -105,11 +167,15 @@
 
 #include <signal.h>
 
+#include "access/htup_details.h"
 #include "access/transam.h"
+#include "access/twophase.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "commands/async.h"
 #include "commands/dbcommands.h"
 #include "commands/defrem.h"
+#include "commands/tablespace.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -124,11 +190,13 @@
 #include "storage/shmem.h"
 #include "tcop/tcopprot.h"
 #include "tcop/utility.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -136,6 +204,9 @@
 
 /* dlock.notify_queue_size: kB of queue per database (0: no notifier) */
 int			dlock_notify_queue_size = 256;
+
+/* dlock.notifier_idle_timeout: ms with nothing to do before it exits */
+int			dlock_notifier_idle_timeout = 10000;
 
 /* The channel of lease events. */
 #define DLOCK_NOTIFY_CHANNEL	"dlock"
@@ -156,7 +227,12 @@ int			dlock_notify_queue_size = 256;
 /* How long the notifier sleeps before it looks at a running transaction again. */
 #define NOTIFIER_XACT_POLL_MS	1000
 
-/* How long a database command waits for the notifier it stopped to exit. */
+/*
+ * How long a database command waits for the notifier it stopped to send
+ * its exit event and exit, before it sends SIGTERM (the notifier may be
+ * waiting for PostgreSQL's notification lock), and how long in all.
+ */
+#define NOTIFIER_EXIT_WAIT_MS	1000
 #define NOTIFIER_STOP_WAIT_MS	5000
 #define NOTIFIER_STOP_POLL_MS	10
 
@@ -164,7 +240,10 @@ typedef enum NotifierState
 {
 	NOTIFIER_NONE,				/* none: the next committer starts one */
 	NOTIFIER_STARTING,			/* registered, not attached yet */
-	NOTIFIER_RUNNING			/* attached: pid is set */
+	NOTIFIER_RUNNING,			/* attached: pid is set */
+	NOTIFIER_EXITING			/* committing its exit event: pid is set, the
+								 * view shows none, nobody starts another
+								 * (file header) */
 } NotifierState;
 
 /* A database's queue and notifier. */
@@ -174,13 +253,13 @@ typedef struct NotifierSlot
 	NotifierState state;
 	uint32		generation;		/* of the last start request */
 	TimestampTz requested_at;	/* when it was made */
-	int			pid;			/* the notifier, when RUNNING */
+	int			pid;			/* the notifier, when RUNNING or EXITING */
 	int			procno;			/* its PGPROC number (its latch) */
 	TimestampTz started_at;		/* when it attached */
-	int			stop_pid;		/* a backend running a database command
-								 * that needs the notifier gone; 0: none */
 	uint64		sent;			/* notifications sent */
 	uint64		dropped;		/* lease changes not sent (file header) */
+	int64		unsent;			/* changes dropped and not yet told of by an
+								 * "overflow" event */
 	uint64		queued;			/* records in the ring */
 	uint64		head;			/* bytes ever appended */
 	uint64		tail;			/* bytes ever taken by the notifier */
@@ -190,9 +269,12 @@ typedef struct NotifierShared
 {
 	LWLock	   *lock;
 	int			nslots;
+	int			nprocs;			/* stop marks: one per PGPROC */
+	int			nstopping;		/* stop marks in use */
 	Size		ring_size;		/* bytes per ring, MAXALIGNed */
 	NotifierSlot slots[FLEXIBLE_ARRAY_MEMBER];
-	/* then nslots rings of ring_size bytes, from rings_offset() */
+	/* then nprocs stop marks (Oid), from marks_offset(), */
+	/* and nslots rings of ring_size bytes, from rings_offset() */
 } NotifierShared;
 
 /* One queued event; size 0 marks the rest of the ring unused. */
@@ -222,6 +304,10 @@ static int	wake_slotno = -1;
 /* This backend's database's slot, as last found (checked under the lock). */
 static int	my_slotno = -1;
 
+/* The database this backend's stop mark names (InvalidOid: none). */
+static Oid	my_stop_dboid = InvalidOid;
+static bool stop_mark_cleanup = false;	/* its exit callback is registered */
+
 /* In the notifier: its slot, whether it connected, and the queue's use. */
 static int	notifier_slotno = -1;
 static bool notifier_connected = false;
@@ -229,12 +315,18 @@ static TimestampTz queue_checked_at = 0;
 static double queue_usage = 0;
 static int	queue_checked_events = 0;
 
-/* In the notifier: changes dropped since it last sent, for an overflow event. */
+/*
+ * In the notifier: changes dropped since it last sent, for an overflow
+ * event (kept in its slot's unsent after each pass), and a transaction
+ * whose outcome it could not look up (its records are dropped).
+ */
 static int64 unsent_overflow = 0;
+static TransactionId unresolved_xid = InvalidTransactionId;
 
 static ProcessUtility_hook_type prev_utility_hook = NULL;
 
 PGDLLEXPORT void dlock_notifier_main(Datum main_arg);
+static void stop_mark_at_exit(int code, Datum arg);
 
 /*
  * notifier_nslots returns the number of slots: one per background worker
@@ -244,6 +336,15 @@ static int
 notifier_nslots(void)
 {
 	return dlock_notify_queue_size > 0 ? max_worker_processes : 0;
+}
+
+/*
+ * notifier_nprocs returns the number of stop marks: one per PGPROC.
+ */
+static int
+notifier_nprocs(void)
+{
+	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
 }
 
 /*
@@ -257,18 +358,29 @@ notifier_ring_size(void)
 }
 
 /*
- * rings_offset returns where the rings start in the shared struct.
+ * marks_offset returns where the stop marks start in the shared struct.
  */
 static Size
-rings_offset(int nslots)
+marks_offset(int nslots)
 {
 	return MAXALIGN(add_size(offsetof(NotifierShared, slots),
 							 mul_size(nslots, sizeof(NotifierSlot))));
 }
 
 /*
+ * rings_offset returns where the rings start in the shared struct.
+ */
+static Size
+rings_offset(int nslots, int nprocs)
+{
+	return MAXALIGN(add_size(marks_offset(nslots),
+							 mul_size(nprocs, sizeof(Oid))));
+}
+
+/*
  * DlockNotifierShmemSize returns the bytes of shared memory the notifiers'
- * slots and queues need (none when dlock.notify_queue_size is 0).
+ * slots, stop marks and queues need (none when dlock.notify_queue_size
+ * is 0).
  */
 Size
 DlockNotifierShmemSize(void)
@@ -277,8 +389,18 @@ DlockNotifierShmemSize(void)
 
 	if (nslots == 0)
 		return 0;
-	return add_size(rings_offset(nslots),
+	return add_size(rings_offset(nslots, notifier_nprocs()),
 					mul_size(nslots, notifier_ring_size()));
+}
+
+/*
+ * stop_marks returns the stop marks, one per PGPROC.
+ */
+static Oid *
+stop_marks(void)
+{
+	return (Oid *) ((char *) notifier_shmem +
+					marks_offset(notifier_shmem->nslots));
 }
 
 /*
@@ -299,8 +421,11 @@ DlockNotifierShmemInit(void)
 	{
 		notifier_shmem->lock = &(GetNamedLWLockTranche("dlock notify"))->lock;
 		notifier_shmem->nslots = nslots;
+		notifier_shmem->nprocs = notifier_nprocs();
+		notifier_shmem->nstopping = 0;
 		notifier_shmem->ring_size = notifier_ring_size();
 		memset(notifier_shmem->slots, 0, sizeof(NotifierSlot) * nslots);
+		memset(stop_marks(), 0, sizeof(Oid) * notifier_shmem->nprocs);
 	}
 }
 
@@ -321,8 +446,19 @@ static char *
 slot_ring(int slotno)
 {
 	Assert(slotno >= 0 && slotno < notifier_shmem->nslots);
-	return (char *) notifier_shmem + rings_offset(notifier_shmem->nslots) +
+	return (char *) notifier_shmem +
+		rings_offset(notifier_shmem->nslots, notifier_shmem->nprocs) +
 		(Size) slotno * notifier_shmem->ring_size;
+}
+
+/*
+ * slot_has_notifier reports whether a notifier is attached to slot
+ * (RUNNING, or EXITING: sending its exit event).  Caller holds the lock.
+ */
+static bool
+slot_has_notifier(const NotifierSlot *slot)
+{
+	return slot->state == NOTIFIER_RUNNING || slot->state == NOTIFIER_EXITING;
 }
 
 /*
@@ -335,7 +471,7 @@ slot_reset(NotifierSlot *slot, Oid dboid)
 	uint32		generation = slot->generation;
 
 	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
-	Assert(slot->state != NOTIFIER_RUNNING);
+	Assert(!slot_has_notifier(slot));
 	memset(slot, 0, sizeof(NotifierSlot));
 	slot->dboid = dboid;
 	/* a worker registered for the slot's last user must not attach */
@@ -351,28 +487,90 @@ static void
 slot_drop_queued(NotifierSlot *slot)
 {
 	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
-	Assert(slot->state != NOTIFIER_RUNNING);
+	Assert(!slot_has_notifier(slot));
 	slot->dropped += slot->queued;
 	slot->queued = 0;
 	slot->tail = slot->head;
 }
 
 /*
- * slot_stopped reports whether a database command has stopped slot's
- * notifier and still runs; clears the mark of a backend that exited
- * without clearing it (FATAL).  Caller holds the lock exclusively.  Takes
- * ProcArrayLock.
+ * database_stopped reports whether a backend's stop mark names database
+ * dboid: a database command of that backend needs its notifier gone.
+ * Caller holds the lock.
  */
 static bool
-slot_stopped(NotifierSlot *slot)
+database_stopped(Oid dboid)
 {
-	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
-	if (slot->stop_pid == 0)
+	Oid		   *marks;
+	int			i;
+
+	Assert(LWLockHeldByMe(notifier_shmem->lock));
+	if (notifier_shmem->nstopping == 0)
 		return false;
-	if (BackendPidGetProc(slot->stop_pid) != NULL)
-		return true;
-	slot->stop_pid = 0;
+	marks = stop_marks();
+	for (i = 0; i < notifier_shmem->nprocs; i++)
+		if (marks[i] == dboid)
+			return true;
 	return false;
+}
+
+/*
+ * stop_mark sets this backend's stop mark on database dboid: no notifier of
+ * it starts, attaches or keeps running until the mark is cleared
+ * (stop_unmark_locked; at exit, stop_mark_at_exit).  Takes the lock.
+ */
+static void
+stop_mark(Oid dboid)
+{
+	int			procno = DlockMyProcNumber();
+
+	Assert(OidIsValid(dboid) && !OidIsValid(my_stop_dboid));
+	Assert(procno >= 0 && procno < notifier_shmem->nprocs);
+	if (!stop_mark_cleanup)
+	{
+		/* registered before the mark is set: a FATAL clears it */
+		before_shmem_exit(stop_mark_at_exit, (Datum) 0);
+		stop_mark_cleanup = true;
+	}
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	Assert(!OidIsValid(stop_marks()[procno]));
+	stop_marks()[procno] = dboid;
+	notifier_shmem->nstopping++;
+	my_stop_dboid = dboid;
+	LWLockRelease(notifier_shmem->lock);
+}
+
+/*
+ * stop_unmark_locked clears this backend's stop mark, if it has one.
+ * Caller holds the lock exclusively.
+ */
+static void
+stop_unmark_locked(void)
+{
+	int			procno = DlockMyProcNumber();
+
+	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
+	if (!OidIsValid(my_stop_dboid))
+		return;
+	Assert(stop_marks()[procno] == my_stop_dboid);
+	Assert(notifier_shmem->nstopping > 0);
+	stop_marks()[procno] = InvalidOid;
+	notifier_shmem->nstopping--;
+	my_stop_dboid = InvalidOid;
+}
+
+/*
+ * stop_mark_at_exit clears this backend's stop mark when it exits with it
+ * set (a FATAL during a database command).  Takes the lock.
+ */
+static void
+stop_mark_at_exit(int code, Datum arg)
+{
+	if (!OidIsValid(my_stop_dboid))
+		return;
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	stop_unmark_locked();
+	LWLockRelease(notifier_shmem->lock);
 }
 
 /*
@@ -393,9 +591,10 @@ slot_of_database(Oid dboid)
 
 /*
  * my_slot returns the current database's slot, taking a free one when it
- * has none, or else one that no notifier uses, nothing stops and whose
- * queue is empty (its database's row leaves the view); -1 when there is
- * no slot to take.  Caller holds the lock exclusively.
+ * has none, or else one that no notifier uses and whose queue is empty,
+ * with no dropped changes left to tell of (its database's row leaves the
+ * view); -1 when there is no slot to take.  Caller holds the lock
+ * exclusively.
  */
 static int
 my_slot(void)
@@ -418,7 +617,7 @@ my_slot(void)
 
 			if (pass == 0 ? !OidIsValid(slot->dboid) :
 				(slot->state == NOTIFIER_NONE && slot->head == slot->tail &&
-				 !slot_stopped(slot)))
+				 slot->unsent == 0))
 			{
 				slot_reset(slot, MyDatabaseId);
 				my_slotno = i;
@@ -505,7 +704,8 @@ notifier_register(Oid dboid, int slotno, uint32 generation)
 }
 
 /*
- * slot_start_wanted reports whether slot needs a notifier started now, and
+ * slot_start_wanted reports whether slot needs a notifier started now (it
+ * has none, none is starting, and no stop mark names its database), and
  * if so marks it starting and returns its new generation in *generation.
  * Caller holds the lock exclusively.
  */
@@ -515,12 +715,12 @@ slot_start_wanted(NotifierSlot *slot, uint32 *generation)
 	TimestampTz now = GetCurrentTimestamp();
 
 	Assert(LWLockHeldByMeInMode(notifier_shmem->lock, LW_EXCLUSIVE));
-	if (slot->state == NOTIFIER_RUNNING ||
+	if (slot_has_notifier(slot) ||
 		(slot->state == NOTIFIER_STARTING &&
 		 !TimestampDifferenceExceeds(slot->requested_at, now,
 									 NOTIFIER_START_TIMEOUT_MS)))
 		return false;
-	if (slot_stopped(slot))
+	if (database_stopped(slot->dboid))
 		return false;
 	slot->state = NOTIFIER_STARTING;
 	slot->generation++;
@@ -635,8 +835,9 @@ DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
 /*
  * DlockNotifierWake sets the latch of the notifier the current
  * transaction queued events for, once the transaction has ended
- * (committed or aborted: either way the notifier can decide).  Takes the
- * lock shared.
+ * (committed or aborted: either way the notifier can decide), also while
+ * it sends its exit event (it stays when records came).  Takes the lock
+ * shared.
  */
 void
 DlockNotifierWake(void)
@@ -649,7 +850,7 @@ DlockNotifierWake(void)
 	slot = &notifier_shmem->slots[wake_slotno];
 	wake_slotno = -1;
 	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
-	if (slot->state == NOTIFIER_RUNNING)
+	if (slot_has_notifier(slot))
 		procno = slot->procno;
 	LWLockRelease(notifier_shmem->lock);
 	if (procno >= 0)
@@ -659,8 +860,9 @@ DlockNotifierWake(void)
 /*
  * notifier_attach makes this process the notifier of its slot (start, from
  * bgw_extra), unless the slot was given to another database or to a later
- * start, or a database command has stopped it; returns whether it did.
- * Takes the lock.
+ * start, or a stop mark names its database; returns whether it did, and
+ * takes over the count of changes dropped and not told of.  Takes the
+ * lock.
  */
 static bool
 notifier_attach(const NotifierStart *start)
@@ -675,7 +877,7 @@ notifier_attach(const NotifierStart *start)
 	if (slot->dboid == start->dboid && slot->generation == start->generation &&
 		slot->state == NOTIFIER_STARTING)
 	{
-		if (slot_stopped(slot))
+		if (database_stopped(slot->dboid))
 			slot->state = NOTIFIER_NONE;
 		else
 		{
@@ -683,6 +885,7 @@ notifier_attach(const NotifierStart *start)
 			slot->pid = MyProcPid;
 			slot->procno = DlockMyProcNumber();
 			slot->started_at = GetCurrentTimestamp();
+			unsent_overflow = slot->unsent;
 			attached = true;
 		}
 	}
@@ -691,9 +894,12 @@ notifier_attach(const NotifierStart *start)
 }
 
 /*
- * notifier_exit gives the slot up when the notifier exits; when it never
+ * notifier_exit gives the slot up when the notifier exits, also when it
+ * did not say its last word (terminated, or a FATAL error); when it never
  * connected to its database (which may be gone), it drops the records
- * queued there, which no notifier could send.  Takes the lock.
+ * queued there, which no notifier could send.  The slot keeps the count
+ * of changes dropped and not told of as of the last pass.  Takes the
+ * lock.
  */
 static void
 notifier_exit(int code, Datum arg)
@@ -701,7 +907,7 @@ notifier_exit(int code, Datum arg)
 	NotifierSlot *slot = &notifier_shmem->slots[DatumGetInt32(arg)];
 
 	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
-	if (slot->state == NOTIFIER_RUNNING && slot->pid == MyProcPid)
+	if (slot_has_notifier(slot) && slot->pid == MyProcPid)
 	{
 		slot->state = NOTIFIER_NONE;
 		slot->pid = 0;
@@ -743,21 +949,35 @@ notify_queue_full(void)
 	return queue_usage > DLOCK_NOTIFY_QUEUE_LIMIT;
 }
 
+
 /* What one look at the queue found. */
 typedef enum NotifierPass
 {
 	PASS_IDLE,					/* nothing queued */
+	PASS_DONE,					/* took every record queued when it looked */
 	PASS_MORE,					/* sent a batch, and more is queued */
 	PASS_WAIT					/* the next record's transaction is running */
 } NotifierPass;
+
+/* What became of a queued record's transaction. */
+typedef enum NotifierXactOutcome
+{
+	XACT_ABORTED,				/* aborted (or crashed): drop its records */
+	XACT_COMMITTED,				/* committed and visible: send them */
+	XACT_UNKNOWN				/* its outcome could not be looked up: drop
+								 * and count them */
+} NotifierXactOutcome;
 
 /*
  * notifier_pass sends (or drops) the queued records of transactions that
  * have ended, in queue order, in one transaction of its own of at most
  * NOTIFIER_BATCH notifications, and then moves the queue's tail past
- * them.  An error while sending is reported; the notifications it undid
- * are dropped and counted (and told of by a later "overflow" event), and
- * so is the record being sent when it was raised.  Takes the lock
+ * them.  It looks transactions up under a snapshot it holds (file
+ * header).  An error while sending is reported; the notifications it
+ * undid are dropped and counted (and told of by a later "overflow"
+ * event), and so is the record being looked up or sent when it was
+ * raised; after an error in a look-up, the rest of that transaction's
+ * records are dropped and counted without another.  Takes the lock
  * briefly, before and after.
  */
 static NotifierPass
@@ -769,17 +989,17 @@ notifier_pass(void)
 	uint64		head;
 	uint64		start_pos;
 	TransactionId decided = InvalidTransactionId;
-	bool		committed = false;
+	NotifierXactOutcome outcome = XACT_ABORTED;
 	bool		batch_overflow = false;
 
 	/* changed in PG_TRY and read after it */
 	volatile uint64 pos;
-	volatile bool in_xact = false;
 	volatile bool in_record = false;
+	volatile bool looking_up = false;
 	volatile int64 nrecords = 0;
 	volatile int64 nsent = 0;
 	volatile int64 ndropped = 0;
-	volatile NotifierPass result = PASS_IDLE;
+	volatile NotifierPass result = PASS_DONE;
 
 	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
 	head = slot->head;
@@ -791,6 +1011,11 @@ notifier_pass(void)
 
 	PG_TRY();
 	{
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		/* sets RecentXmin and TransactionXmin, held until it is popped */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		pgstat_report_activity(STATE_RUNNING, "sending lease events");
 		while (pos < head)
 		{
 			Size		off = (Size) (pos % ring_size);
@@ -801,59 +1026,61 @@ notifier_pass(void)
 				pos += ring_size - off;
 				continue;
 			}
+			/* from here on, an error skips this record (PG_CATCH) */
+			in_record = true;
 			if (rec->xid != decided)
 			{
-				/* until it is visible, a committed xid is in progress */
-				if (TransactionIdIsInProgress(rec->xid))
-				{
-					result = PASS_WAIT;
-					break;
-				}
-				committed = TransactionIdDidCommit(rec->xid);
-				decided = rec->xid;
-			}
-			in_record = true;
-			if (committed)
-			{
-				if (!in_xact)
-				{
-					SetCurrentStatementStartTimestamp();
-					StartTransactionCommand();
-					in_xact = true;
-					pgstat_report_activity(STATE_RUNNING, "sending lease events");
-				}
-				if (notify_queue_full())
-				{
-					/* told of by an overflow event once there is room */
-					if (!rec->counted)
-						ndropped += Max(rec->overflow, 1);
-					unsent_overflow += Max(rec->overflow, 1);
-				}
+				looking_up = true;
+				if (TransactionIdEquals(rec->xid, unresolved_xid))
+					outcome = XACT_UNKNOWN;
 				else
 				{
-					/* PostgreSQL merges equal notifications of a transaction */
-					if ((unsent_overflow > 0 || rec->overflow > 0) && batch_overflow)
+					/* a transaction's records are contiguous: it is past */
+					unresolved_xid = InvalidTransactionId;
+					/* until it is visible, a committed xid is in progress */
+					if (TransactionIdIsInProgress(rec->xid))
+					{
+						result = PASS_WAIT;
+						break;
+					}
+					outcome = TransactionIdDidCommit(rec->xid) ?
+						XACT_COMMITTED : XACT_ABORTED;
+				}
+				looking_up = false;
+				decided = rec->xid;
+			}
+			if (outcome == XACT_UNKNOWN ||
+				(outcome == XACT_COMMITTED && notify_queue_full()))
+			{
+				/* told of by an overflow event once there is room */
+				if (!rec->counted)
+					ndropped += Max(rec->overflow, 1);
+				unsent_overflow += Max(rec->overflow, 1);
+			}
+			else if (outcome == XACT_COMMITTED)
+			{
+				/* PostgreSQL merges equal notifications of a transaction */
+				if ((unsent_overflow > 0 || rec->overflow > 0) && batch_overflow)
+				{
+					result = PASS_MORE;
+					break;
+				}
+				if (unsent_overflow > 0)
+				{
+					Async_Notify(DLOCK_NOTIFY_CHANNEL,
+								 DlockEventOverflowPayload(unsent_overflow));
+					unsent_overflow = 0;
+					nsent++;
+					batch_overflow = true;
+					if (rec->overflow > 0)
 					{
 						result = PASS_MORE;
 						break;
 					}
-					if (unsent_overflow > 0)
-					{
-						Async_Notify(DLOCK_NOTIFY_CHANNEL,
-									 DlockEventOverflowPayload(unsent_overflow));
-						unsent_overflow = 0;
-						nsent++;
-						batch_overflow = true;
-						if (rec->overflow > 0)
-						{
-							result = PASS_MORE;
-							break;
-						}
-					}
-					Async_Notify(DLOCK_NOTIFY_CHANNEL, rec->payload);
-					nsent++;
-					batch_overflow = batch_overflow || rec->overflow > 0;
 				}
+				Async_Notify(DLOCK_NOTIFY_CHANNEL, rec->payload);
+				nsent++;
+				batch_overflow = batch_overflow || rec->overflow > 0;
 			}
 			in_record = false;
 			nrecords++;
@@ -865,14 +1092,14 @@ notifier_pass(void)
 			}
 		}
 		in_record = false;
-		if (in_xact)
-		{
-			CommitTransactionCommand();
-			in_xact = false;
-		}
+		looking_up = false;
+		PopActiveSnapshot();
+		CommitTransactionCommand();
 	}
 	PG_CATCH();
 	{
+		NotifyRecord *rec = (NotifyRecord *) (ring + (Size) (pos % ring_size));
+
 		/* report and undo; what was undone is told of by an overflow event */
 		MemoryContextSwitchTo(TopMemoryContext);
 		EmitErrorReport();
@@ -883,11 +1110,14 @@ notifier_pass(void)
 		nsent = 0;
 		if (in_record)
 		{
-			/* the record being sent: skip it, or it would raise again */
-			pos += ((NotifyRecord *) (ring + (Size) (pos % ring_size)))->size;
+			/* the record looked up or sent: skip it, or it raises again */
+			if (looking_up)
+				unresolved_xid = rec->xid;
+			if (!rec->counted)
+				ndropped += Max(rec->overflow, 1);
+			unsent_overflow += Max(rec->overflow, 1);
+			pos += rec->size;
 			nrecords++;
-			ndropped++;
-			unsent_overflow++;
 		}
 		result = PASS_MORE;
 	}
@@ -901,41 +1131,145 @@ notifier_pass(void)
 	slot->queued -= nrecords;
 	slot->sent += nsent;
 	slot->dropped += ndropped;
-	if (result == PASS_IDLE && pos != slot->head)
+	slot->unsent = unsent_overflow;
+	if (result == PASS_DONE && pos != slot->head)
 		result = PASS_MORE;
 	LWLockRelease(notifier_shmem->lock);
 	return result;
 }
 
 /*
- * notifier_stop_wanted reports whether this notifier must exit: its slot
- * was given to another database or start, or a database command stopped
- * it.  Takes the lock.
+ * notifier_leave says this notifier's last word and exits (file header):
+ * in a transaction of its own, the "overflow" event for changes dropped
+ * and not told of (when PostgreSQL's notification queue has room) and the
+ * "notifier_exit" event, the slot marked EXITING before the commit.
+ * stopping says a stop mark names its database: it exits also when the
+ * event could not be sent.  An idle notifier (stopping false) returns
+ * instead, RUNNING again, when records were queued before it could leave
+ * or the event could not be sent (reported).  Takes the lock.
+ */
+static void
+notifier_leave(bool stopping)
+{
+	NotifierSlot *slot = &notifier_shmem->slots[notifier_slotno];
+	Oid			dboid = slot->dboid;
+	bool		leave;
+
+	/* changed in PG_TRY and read after it */
+	volatile bool committed = false;
+	volatile int64 told = 0;
+
+	PG_TRY();
+	{
+		bool		stay = false;
+
+		SetCurrentStatementStartTimestamp();
+		StartTransactionCommand();
+		pgstat_report_activity(STATE_RUNNING, "sending its exit event");
+		if (unsent_overflow > 0 && !notify_queue_full())
+		{
+			told = unsent_overflow;
+			Async_Notify(DLOCK_NOTIFY_CHANNEL, DlockEventOverflowPayload(told));
+		}
+		Async_Notify(DLOCK_NOTIFY_CHANNEL, DlockEventNotifierExitPayload());
+
+		/* the view stops showing this pid before a listener can read it */
+		LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+		Assert(slot->state == NOTIFIER_RUNNING && slot->pid == MyProcPid);
+		if (!stopping && slot->head != slot->tail &&
+			!database_stopped(dboid))
+			stay = true;
+		else
+			slot->state = NOTIFIER_EXITING;
+		LWLockRelease(notifier_shmem->lock);
+
+		if (stay)
+			AbortCurrentTransaction();
+		else
+		{
+			CommitTransactionCommand();
+			committed = true;
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(TopMemoryContext);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+	}
+	PG_END_TRY();
+	pgstat_report_activity(STATE_IDLE, NULL);
+
+	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	Assert(slot_has_notifier(slot) && slot->pid == MyProcPid);
+	if (committed)
+	{
+		unsent_overflow -= told;
+		slot->unsent = unsent_overflow;
+		if (told > 0)
+			slot->sent++;
+	}
+	stopping = stopping || database_stopped(dboid);
+	leave = stopping || (committed && slot->head == slot->tail);
+	if (leave)
+	{
+		slot->state = NOTIFIER_NONE;
+		slot->pid = 0;
+		slot->procno = 0;
+	}
+	else
+		slot->state = NOTIFIER_RUNNING;
+	LWLockRelease(notifier_shmem->lock);
+	if (!leave)
+		return;
+	if (stopping)
+		ereport(LOG,
+				(errmsg("dlock: notifier of database %u exits for a database command%s",
+						dboid, committed ? "" : ", without its exit event")));
+	else
+		ereport(LOG,
+				(errmsg("dlock: notifier of database %u exits after %d ms with nothing to send",
+						dboid, dlock_notifier_idle_timeout)));
+	proc_exit(0);
+}
+
+/*
+ * notifier_stop_wanted reports whether a stop mark names this notifier's
+ * database.  Takes the lock shared.
  */
 static bool
 notifier_stop_wanted(void)
 {
 	NotifierSlot *slot = &notifier_shmem->slots[notifier_slotno];
+	bool		mine;
 	bool		stop;
 
-	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
-	stop = slot->state != NOTIFIER_RUNNING || slot->pid != MyProcPid ||
-		slot_stopped(slot);
+	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
+	/* nobody takes or resets a slot that has a notifier */
+	mine = slot->state == NOTIFIER_RUNNING && slot->pid == MyProcPid;
+	stop = database_stopped(slot->dboid);
 	LWLockRelease(notifier_shmem->lock);
+	Assert(mine);
+	if (!mine)
+		proc_exit(0);
 	return stop;
 }
 
 /*
  * dlock_notifier_main is the notifier's main function (a background
  * worker; bgw_extra holds its NotifierStart): attach to the slot, connect
- * to the database, then send what committers queue until told to stop.
- * SIGTERM ends it (die), SIGHUP rereads the configuration; it exits with
- * the postmaster (WL_EXIT_ON_PM_DEATH).
+ * to the database, then send what committers queue until it has had
+ * nothing to do for dlock.notifier_idle_timeout or a database command
+ * stops it (it leaves with its exit event: notifier_leave).  SIGTERM ends
+ * it at once (die), SIGHUP rereads the configuration; it exits with the
+ * postmaster (WL_EXIT_ON_PM_DEATH).
  */
 void
 dlock_notifier_main(Datum main_arg)
 {
 	NotifierStart start;
+	TimestampTz busy_at;
 
 	memcpy(&start, MyBgworkerEntry->bgw_extra, sizeof(start));
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -967,9 +1301,11 @@ dlock_notifier_main(Datum main_arg)
 	ereport(LOG,
 			(errmsg("dlock: notifier of database %u started", start.dboid)));
 
+	busy_at = GetCurrentTimestamp();
 	for (;;)
 	{
 		NotifierPass pass;
+		long		timeout = NOTIFIER_XACT_POLL_MS;
 
 		/* reset before looking at the queue: no wake-up is lost */
 		ResetLatch(MyLatch);
@@ -980,121 +1316,331 @@ dlock_notifier_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		if (notifier_stop_wanted())
-			proc_exit(0);
+			notifier_leave(true);	/* does not return */
 
 		pass = notifier_pass();
+		if (pass != PASS_IDLE)
+			busy_at = GetCurrentTimestamp();
 		if (pass == PASS_MORE)
 			continue;
+		if (pass != PASS_WAIT)
+		{
+			/* idle: leave once dlock.notifier_idle_timeout has passed */
+			TimestampTz now = GetCurrentTimestamp();
+			TimestampTz idle_end =
+				TimestampTzPlusMilliseconds(busy_at, dlock_notifier_idle_timeout);
+
+			if (now >= idle_end)
+			{
+				notifier_leave(false);
+				/* it stays: records came, or its exit event failed */
+				busy_at = GetCurrentTimestamp();
+				continue;
+			}
+			timeout = TimestampDifferenceMilliseconds(now, idle_end);
+		}
 		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH |
-						 (pass == PASS_WAIT ? WL_TIMEOUT : 0),
-						 NOTIFIER_XACT_POLL_MS,
-						 DlockNotifierWaitEvent());
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout, DlockNotifierWaitEvent());
 	}
+}
+
+/*
+ * command_refused reports whether PostgreSQL refuses a database command
+ * before it looks at anything: in a read-only transaction or in parallel
+ * mode (standard_ProcessUtility), and, for a command that cannot run in a
+ * transaction block (in_block_refused), in a transaction block, a
+ * subtransaction, a pipeline or a function (PreventInTransactionBlock,
+ * whose conditions IsInTransactionBlock repeats).
+ */
+static bool
+command_refused(bool top_level, bool in_block_refused)
+{
+	if (XactReadOnly || IsInParallelMode())
+		return true;
+	return in_block_refused && IsInTransactionBlock(top_level);
+}
+
+/*
+ * database_lookup returns the oid of database name (InvalidOid when there
+ * is none), with whether it is a template and its tablespace.
+ */
+static Oid
+database_lookup(const char *name, bool *istemplate, Oid *tablespace)
+{
+	Oid			dboid = get_database_oid(name, true);
+	HeapTuple	tuple;
+
+	if (!OidIsValid(dboid))
+		return InvalidOid;
+	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(dboid));
+	if (!HeapTupleIsValid(tuple))
+		return InvalidOid;		/* dropped meanwhile */
+	*istemplate = ((Form_pg_database) GETSTRUCT(tuple))->datistemplate;
+	*tablespace = ((Form_pg_database) GETSTRUCT(tuple))->dattablespace;
+	ReleaseSysCache(tuple);
+	return dboid;
+}
+
+/*
+ * user_has_createdb reports whether the current user may create databases:
+ * a superuser, or a role with CREATEDB (what dbcommands.c's
+ * have_createdb_privilege, static there, reads).
+ */
+static bool
+user_has_createdb(void)
+{
+	HeapTuple	tuple;
+	bool		createdb = false;
+
+	if (superuser())
+		return true;
+	tuple = SearchSysCache1(AUTHOID, ObjectIdGetDatum(GetUserId()));
+	if (HeapTupleIsValid(tuple))
+	{
+		createdb = ((Form_pg_authid) GETSTRUCT(tuple))->rolcreatedb;
+		ReleaseSysCache(tuple);
+	}
+	return createdb;
+}
+
+/*
+ * dropdb_database returns the database DROP DATABASE stmt drops, when the
+ * user gets past dropdb's checks before its wait for other sessions: not
+ * in a transaction block, the database exists, the user owns it, it is
+ * not a template and not the current database; else InvalidOid.
+ */
+static Oid
+dropdb_database(DropdbStmt *stmt, bool top_level)
+{
+	Oid			dboid;
+	bool		istemplate;
+	Oid			tablespace;
+
+	if (command_refused(top_level, true))
+		return InvalidOid;
+	dboid = database_lookup(stmt->dbname, &istemplate, &tablespace);
+	if (!OidIsValid(dboid) || istemplate || dboid == MyDatabaseId ||
+		!DlockDatabaseOwnercheck(dboid, GetUserId()))
+		return InvalidOid;
+	return dboid;
+}
+
+/*
+ * createdb_template returns the template CREATE DATABASE stmt copies (the
+ * one it names, template1 when it names none), when the user gets past
+ * createdb's checks of privileges and names before its wait for other
+ * sessions: not in a transaction block, CREATEDB, allowed to make the
+ * owner it names (if any) the owner, allowed to copy the template (it is
+ * marked datistemplate, or the user owns it), the new name free; else
+ * InvalidOid.
+ */
+static Oid
+createdb_template(CreatedbStmt *stmt, bool top_level)
+{
+	const char *template_name = "template1";
+	DefElem    *template_opt = NULL;
+	DefElem    *owner_opt = NULL;
+	Oid			owner = GetUserId();
+	Oid			dboid;
+	bool		istemplate;
+	Oid			tablespace;
+	ListCell   *lc;
+
+	if (command_refused(top_level, true) || !user_has_createdb())
+		return InvalidOid;
+	foreach(lc, stmt->options)
+	{
+		DefElem    *opt = lfirst(lc);
+
+		/* a second TEMPLATE or OWNER is refused */
+		if (strcmp(opt->defname, "template") == 0)
+		{
+			if (template_opt != NULL)
+				return InvalidOid;
+			template_opt = opt;
+		}
+		else if (strcmp(opt->defname, "owner") == 0)
+		{
+			if (owner_opt != NULL)
+				return InvalidOid;
+			owner_opt = opt;
+		}
+	}
+	/* TEMPLATE DEFAULT and OWNER DEFAULT have no argument */
+	if (template_opt != NULL && template_opt->arg != NULL)
+		template_name = defGetString(template_opt);
+	if (owner_opt != NULL && owner_opt->arg != NULL)
+		owner = get_role_oid(defGetString(owner_opt), true);
+	if (!OidIsValid(owner) || !DlockCanSetRole(GetUserId(), owner))
+		return InvalidOid;
+	dboid = database_lookup(template_name, &istemplate, &tablespace);
+	if (!OidIsValid(dboid) ||
+		(!istemplate && !DlockDatabaseOwnercheck(dboid, GetUserId())) ||
+		OidIsValid(get_database_oid(stmt->dbname, true)))
+		return InvalidOid;
+	return dboid;
+}
+
+/*
+ * renamedb_database returns the database ALTER DATABASE ... RENAME stmt
+ * renames, when the user gets past RenameDatabase's checks before its
+ * wait for other sessions: the database exists, the user owns it and has
+ * CREATEDB, the new name is free, it is not the current database; else
+ * InvalidOid.  (It may run in a transaction block.)
+ */
+static Oid
+renamedb_database(RenameStmt *stmt)
+{
+	Oid			dboid;
+	bool		istemplate;
+	Oid			tablespace;
+
+	if (command_refused(false, false))
+		return InvalidOid;
+	dboid = database_lookup(stmt->subname, &istemplate, &tablespace);
+	if (!OidIsValid(dboid) || dboid == MyDatabaseId ||
+		!DlockDatabaseOwnercheck(dboid, GetUserId()) || !user_has_createdb() ||
+		OidIsValid(get_database_oid(stmt->newname, true)))
+		return InvalidOid;
+	return dboid;
+}
+
+/*
+ * movedb_database returns the database ALTER DATABASE ... SET TABLESPACE
+ * stmt moves, when the user gets past AlterDatabase's and movedb's checks
+ * before its wait for other sessions: the tablespace is its only option,
+ * not in a transaction block, the database exists, the user owns it, it
+ * is not the current database, the tablespace exists, the user may
+ * create in it, it is not pg_global and not the database's tablespace
+ * already (a no-op that waits for nobody); else InvalidOid.  Any other
+ * ALTER DATABASE: InvalidOid.
+ */
+static Oid
+movedb_database(AlterDatabaseStmt *stmt, bool top_level)
+{
+	DefElem    *opt;
+	Oid			dboid;
+	bool		istemplate;
+	Oid			tablespace;
+	Oid			target;
+
+	if (list_length(stmt->options) != 1)
+		return InvalidOid;
+	opt = linitial(stmt->options);
+	if (strcmp(opt->defname, "tablespace") != 0 ||
+		command_refused(top_level, true))
+		return InvalidOid;
+	dboid = database_lookup(stmt->dbname, &istemplate, &tablespace);
+	if (!OidIsValid(dboid) || dboid == MyDatabaseId ||
+		!DlockDatabaseOwnercheck(dboid, GetUserId()))
+		return InvalidOid;
+	target = get_tablespace_oid(defGetString(opt), true);
+	if (!OidIsValid(target) || target == GLOBALTABLESPACE_OID ||
+		target == tablespace || !DlockTablespaceCreateOk(target, GetUserId()))
+		return InvalidOid;
+	return dboid;
 }
 
 /*
  * command_database returns the database a utility statement needs no
- * other process connected to (DROP DATABASE, CREATE DATABASE ... TEMPLATE,
- * ALTER DATABASE ... RENAME or SET TABLESPACE), or InvalidOid; *is_drop
- * says it is a DROP DATABASE.
+ * other process connected to (DROP DATABASE, CREATE DATABASE from a
+ * template, ALTER DATABASE ... RENAME or SET TABLESPACE), when the
+ * current user can run it that far (file header), or InvalidOid;
+ * top_level says it is a top-level statement, *is_drop that it is a DROP
+ * DATABASE.
  */
 static Oid
-command_database(Node *stmt, bool *is_drop)
+command_database(Node *stmt, bool top_level, bool *is_drop)
 {
-	const char *dbname = NULL;
-	ListCell   *lc;
-
 	*is_drop = false;
 	switch (nodeTag(stmt))
 	{
 		case T_DropdbStmt:
-			dbname = ((DropdbStmt *) stmt)->dbname;
 			*is_drop = true;
-			break;
+			return dropdb_database((DropdbStmt *) stmt, top_level);
 		case T_CreatedbStmt:
-			dbname = "template1";
-			foreach(lc, ((CreatedbStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst(lc);
-
-				if (strcmp(opt->defname, "template") == 0 && opt->arg != NULL)
-					dbname = defGetString(opt);
-			}
-			break;
+			return createdb_template((CreatedbStmt *) stmt, top_level);
 		case T_RenameStmt:
 			if (((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
-				dbname = ((RenameStmt *) stmt)->subname;
+				return renamedb_database((RenameStmt *) stmt);
 			break;
 		case T_AlterDatabaseStmt:
-			foreach(lc, ((AlterDatabaseStmt *) stmt)->options)
-			{
-				DefElem    *opt = lfirst(lc);
-
-				if (strcmp(opt->defname, "tablespace") == 0)
-					dbname = ((AlterDatabaseStmt *) stmt)->dbname;
-			}
-			break;
+			return movedb_database((AlterDatabaseStmt *) stmt, top_level);
 		default:
 			break;
 	}
-	if (dbname == NULL)
-		return InvalidOid;
-	return get_database_oid(dbname, true);
+	return InvalidOid;
 }
 
 /*
  * notifier_stop_for stops the notifier of database dboid for a database
- * command of this backend: marks the slot stopped by this backend (no
- * notifier starts while the mark stays), sends its notifier SIGTERM and
- * waits up to NOTIFIER_STOP_WAIT_MS for it to exit.  Returns false when
- * the database has no slot.  Takes the lock; obeys interrupts while it
- * waits (the caller clears the mark on error).
+ * command of this backend: sets this backend's stop mark on it (no
+ * notifier of it starts, attaches or keeps running while the mark
+ * stays), sets its notifier's latch and waits up to NOTIFIER_EXIT_WAIT_MS
+ * for it to send its exit event and exit, then sends it SIGTERM and waits
+ * until NOTIFIER_STOP_WAIT_MS have passed.  Takes the lock; obeys
+ * interrupts while it waits (the caller clears the mark on error).
  */
-static bool
+static void
 notifier_stop_for(Oid dboid)
 {
-	NotifierSlot *slot;
+	NotifierSlot *slot = NULL;
 	int			slotno;
 	int			pid = 0;
-	TimestampTz deadline;
+	int			procno = 0;
+	bool		signalled = false;
+	TimestampTz start;
 
-	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	stop_mark(dboid);
+	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
 	slotno = slot_of_database(dboid);
-	if (slotno < 0)
+	if (slotno >= 0)
+		slot = &notifier_shmem->slots[slotno];
+	if (slot != NULL && slot_has_notifier(slot))
 	{
-		LWLockRelease(notifier_shmem->lock);
-		return false;
-	}
-	slot = &notifier_shmem->slots[slotno];
-	slot->stop_pid = MyProcPid;
-	if (slot->state == NOTIFIER_RUNNING)
 		pid = slot->pid;
+		procno = slot->procno;
+	}
 	LWLockRelease(notifier_shmem->lock);
 
 	if (pid == 0)
-		return true;
+		return;
 	ereport(LOG,
 			(errmsg("dlock: stopping the notifier of database %u (pid %d) for a database command",
 					dboid, pid)));
-	(void) kill(pid, SIGTERM);
-	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										   NOTIFIER_STOP_WAIT_MS);
-	while (BackendPidGetProc(pid) != NULL &&
-		   GetCurrentTimestamp() < deadline)
+	SetLatch(DlockProcLatch(procno));
+	start = GetCurrentTimestamp();
+	while (BackendPidGetProc(pid) != NULL)
 	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (TimestampDifferenceExceeds(start, now, NOTIFIER_STOP_WAIT_MS))
+			break;
+		if (!signalled &&
+			TimestampDifferenceExceeds(start, now, NOTIFIER_EXIT_WAIT_MS))
+		{
+			bool		alive;
+
+			/* it did not leave by itself: it may wait for a lock */
+			LWLockAcquire(notifier_shmem->lock, LW_SHARED);
+			alive = slot_has_notifier(slot) && slot->pid == pid;
+			LWLockRelease(notifier_shmem->lock);
+			if (alive)
+				(void) kill(pid, SIGTERM);
+			signalled = true;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 NOTIFIER_STOP_POLL_MS, DlockNotifierWaitEvent());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
-	return true;
 }
 
 /*
- * notifier_resume clears this backend's stop mark on database dboid's
- * slot after its command; after a DROP DATABASE that succeeded (dropped),
- * frees the slot and drops its records; otherwise starts a notifier
+ * notifier_resume clears this backend's stop mark after its command on
+ * database dboid; after a DROP DATABASE that succeeded (dropped), frees
+ * the database's slot and drops its records; otherwise starts a notifier
  * when records are queued.  Takes the lock.  Runs on the error path too:
  * raises nothing of its own.
  */
@@ -1107,40 +1653,30 @@ notifier_resume(Oid dboid, bool dropped)
 	uint32		generation = 0;
 
 	LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
+	stop_unmark_locked();
 	slotno = slot_of_database(dboid);
 	if (slotno >= 0)
 		slot = &notifier_shmem->slots[slotno];
-	if (slot != NULL && slot->stop_pid == MyProcPid)
+	if (slot != NULL && dropped)
 	{
-		slot->stop_pid = 0;
-		if (dropped && slot->state != NOTIFIER_RUNNING)
+		/*
+		 * None is connected to the dropped database; one that attached but
+		 * had not connected yet (when the wait for it ran out) fails to, and
+		 * gives the slot up itself (notifier_exit).
+		 */
+		if (!slot_has_notifier(slot))
 		{
 			/* a worker registered for it finds the slot gone */
 			slot->state = NOTIFIER_NONE;
 			slot_drop_queued(slot);
 			slot_reset(slot, InvalidOid);
 		}
-		else if (!dropped && slot->head != slot->tail)
-			start = slot_start_wanted(slot, &generation);
 	}
+	else if (slot != NULL && slot->head != slot->tail)
+		start = slot_start_wanted(slot, &generation);
 	LWLockRelease(notifier_shmem->lock);
 	if (start)
 		notifier_start(dboid, slotno, generation);
-}
-
-/*
- * notifier_has_slot reports whether database dboid has a notifier slot.
- * Takes the lock shared.
- */
-static bool
-notifier_has_slot(Oid dboid)
-{
-	bool		found;
-
-	LWLockAcquire(notifier_shmem->lock, LW_SHARED);
-	found = slot_of_database(dboid) >= 0;
-	LWLockRelease(notifier_shmem->lock);
-	return found;
 }
 
 /*
@@ -1161,43 +1697,19 @@ run_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 }
 
 /*
- * notifier_utility_hook is dlock's ProcessUtility_hook: before a database
- * command that fails while another process is connected to the database,
- * it stops that database's notifier (when the database has a slot and the
- * user owns the database: nobody else can make the command succeed), runs
- * the command (the previous hook, or standard_ProcessUtility), and lets
- * notifiers start again, also when the command raises.
+ * run_stopped runs a database command on database dboid (a DROP DATABASE
+ * when is_drop) with the database's notifier stopped, and lets notifiers
+ * start again afterwards, also when the command raises.
  */
 static void
-notifier_utility_hook(PlannedStmt *pstmt, const char *queryString,
-					  bool readOnlyTree, ProcessUtilityContext context,
-					  ParamListInfo params, QueryEnvironment *queryEnv,
-					  DestReceiver *dest, QueryCompletion *qc)
+run_stopped(Oid dboid, bool is_drop, PlannedStmt *pstmt,
+			const char *queryString, bool readOnlyTree,
+			ProcessUtilityContext context, ParamListInfo params,
+			QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
 {
-	Oid			dboid = InvalidOid;
-	bool		drop = false;
-	volatile bool is_drop;
-
-	if (notifier_shmem != NULL)
-	{
-		dboid = command_database(pstmt->utilityStmt, &drop);
-		if (OidIsValid(dboid) &&
-			(!notifier_has_slot(dboid) ||
-			 !DlockDatabaseOwnercheck(dboid, GetUserId())))
-			dboid = InvalidOid;
-	}
-	is_drop = drop;
-
-	if (!OidIsValid(dboid))
-	{
-		run_utility(pstmt, queryString, readOnlyTree, context, params,
-					queryEnv, dest, qc);
-		return;
-	}
-
 	PG_TRY();
 	{
-		(void) notifier_stop_for(dboid);
+		notifier_stop_for(dboid);
 		run_utility(pstmt, queryString, readOnlyTree, context, params,
 					queryEnv, dest, qc);
 	}
@@ -1208,6 +1720,35 @@ notifier_utility_hook(PlannedStmt *pstmt, const char *queryString,
 	}
 	PG_END_TRY();
 	notifier_resume(dboid, is_drop);
+}
+
+/*
+ * notifier_utility_hook is dlock's ProcessUtility_hook: before a database
+ * command that fails while another process is connected to the database,
+ * and that the user can run as far as that check (command_database), it
+ * stops that database's notifier, runs the command (the previous hook,
+ * or standard_ProcessUtility), and lets notifiers start again, also when
+ * the command raises (run_stopped).
+ */
+static void
+notifier_utility_hook(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	Oid			dboid = InvalidOid;
+	bool		is_drop = false;
+
+	/* one stop mark per backend: a command inside another stops nothing */
+	if (notifier_shmem != NULL && !OidIsValid(my_stop_dboid))
+		dboid = command_database(pstmt->utilityStmt,
+								 context == PROCESS_UTILITY_TOPLEVEL, &is_drop);
+	if (OidIsValid(dboid))
+		run_stopped(dboid, is_drop, pstmt, queryString, readOnlyTree, context,
+					params, queryEnv, dest, qc);
+	else
+		run_utility(pstmt, queryString, readOnlyTree, context, params,
+					queryEnv, dest, qc);
 }
 
 /*
@@ -1231,9 +1772,10 @@ PG_FUNCTION_INFO_V1(dlock_notifier_read);
 /*
  * dlock_notifier_read() returns setof record: one row per database with a
  * notifier slot this server start (datid oid, pid int4 or NULL when no
- * notifier runs, started_at timestamptz or NULL, events_sent,
- * events_dropped and events_queued bigint), for the dlock_notifier view.
- * No rows without preload.  Takes the lock shared.
+ * notifier runs or it is sending its exit event, started_at timestamptz
+ * or NULL then, events_sent, events_dropped and events_queued bigint),
+ * for the dlock_notifier view.  No rows without preload.  Takes the lock
+ * shared.
  */
 Datum
 dlock_notifier_read(PG_FUNCTION_ARGS)
@@ -1258,6 +1800,8 @@ dlock_notifier_read(PG_FUNCTION_ARGS)
 		Datum		values[NOTIFIER_COLS];
 		bool		nulls[NOTIFIER_COLS] = {0};
 		NotifierSlot *slot = &copy[i];
+
+		/* an EXITING notifier has said its last word: not shown */
 		bool		running = slot->state == NOTIFIER_RUNNING;
 
 		if (!OidIsValid(slot->dboid))

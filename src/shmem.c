@@ -34,9 +34,10 @@
  * included, which is the point.
  *
  * The fence cache (fence_cache.c), the counters (stats.c) and the
- * notifiers' slots and queues (notifier.c) have shared memory structs of
- * their own, the cache's sized by dlock.fence_cache_size, the queues' by
- * dlock.notify_queue_size and max_worker_processes; shmem_request asks
+ * notifiers' slots, stop marks and queues (notifier.c) have shared memory
+ * structs of their own, the cache's sized by dlock.fence_cache_size, the
+ * queues' by dlock.notify_queue_size and max_worker_processes, the marks'
+ * by the number of server processes; shmem_request asks
  * for them and shmem_startup attaches to them.  Their protocols are in
  * those files' headers (the counters and the notifiers have an LWLock
  * tranche each, "dlock stats" and "dlock notify").

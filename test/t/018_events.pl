@@ -30,7 +30,8 @@
 # sentinel.
 #
 # Node "dlock_events": dlock preloaded, max_prepared_transactions = 5,
-#   streaming allowed (so that commits can wait for a synchronous standby).
+#   streaming allowed (so that commits can wait for a synchronous standby),
+#   dlock.notifier_idle_timeout = 1h (notifiers stay while idle, until 14).
 # Database ev (UTF8): ALTER DATABASE ev SET dlock.notify = on (superuser).
 #   1. Before that setting, nothing is sent (the default is off).
 #   2. One event per change: acquire of a new name (previous_token null),
@@ -84,8 +85,19 @@
 #      ALTER DATABASE evd RENAME and DROP DATABASE succeed (each stops
 #      the notifier first); after the first three a lease change starts a
 #      new notifier and its event arrives; after the DROP the view has no
-#      row for it.  An ordinary role's failing DROP DATABASE stops nothing
-#      (062_hostile_events.pl).
+#      row for it.  A DROP DATABASE that fails because a listener is
+#      connected (after 5 s) stopped the notifier: the listener received
+#      its notifier_exit event, from its pid, and the next event comes
+#      from a new notifier.  Stop marks (one per backend): while a session
+#      holds pg_database in SHARE mode, so that the DROP DATABASE of a
+#      database waits after dlock stopped its notifier, (a) another
+#      command on that database that then fails (lock_timeout) does not
+#      clear the DROP's mark, and (b) a database that had no notifier slot
+#      yet is covered too: a lease change there, by a session connected
+#      before, starts no notifier, and once the lock is released the DROP
+#      succeeds (a notifier started meanwhile would be connected and make
+#      it fail).  Commands that PostgreSQL refuses do not stop the
+#      notifier (062_hostile_events.pl).
 #  11. Restart: the notifier terminated by a superuser is started again by
 #      the next lease change with an event, with a new pid that the view
 #      shows and the event comes from.
@@ -93,12 +105,23 @@
 #      (dlock.notify_queue_size, 256 kB) sends one "overflow" event with
 #      the number of its changes instead, with a WARNING, and the view
 #      counts them as dropped.
+#  14. Idle exit (the node runs with dlock.notifier_idle_timeout = 1h, so
+#      that notifiers stay through 1-12): lowered to 300ms, the idle
+#      notifier of ev exits, and its last notification is notifier_exit,
+#      from its pid, while the view shows no pid; a lease change starts a
+#      notifier with a new pid, which sends the event and, after 300 ms
+#      with nothing to send, its notifier_exit event (events_sent counts
+#      the lease event only); with the timeout back at 1h, the next event
+#      comes from yet another notifier, which stays.
 # Node "dlock_events_small": max_worker_processes = 2 (the logical
-#   replication launcher takes one), dlock.notify_queue_size = 64kB.
+#   replication launcher takes one), dlock.notify_queue_size = 64kB,
+#   dlock.notifier_idle_timeout = 1h until 13 lowers it.
 #  13. The first database's notifier takes the last worker slot; a
 #      second database's lease change warns that no background worker
 #      slot is free and sends nothing, and the view counts its event as
-#      dropped.
+#      dropped.  Once the first notifier has exited idle (the timeout
+#      lowered to 100ms), the second database's lease change starts its
+#      notifier without a warning, and its event is sent.
 # Without preload (sql/monitoring.sql): dlock.notify sends nothing, with
 # one WARNING per session, and dlock_notifier has no rows.
 #
@@ -125,6 +148,7 @@ $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'dlock'
 max_prepared_transactions = 5
+dlock.notifier_idle_timeout = '1h'
 });
 $node->start;
 $node->safe_psql(
@@ -151,7 +175,10 @@ GRANT EXECUTE ON FUNCTION dlock_break(text) TO evops;
 my $json = JSON::PP->new->utf8;
 
 # The exact form of a payload (src/events.c, event_payload).
-my $payload_form = qr/\A(?:\{"event": "(?:acquired|taken_over|released|broken|purged)", "lock_name": ".*", "token": [1-9][0-9]*, "previous_token": (?:[1-9][0-9]*|null)\}|\{"event": "overflow", "lock_name": null, "token": null, "previous_token": null, "count": [1-9][0-9]*\})\z/s;
+my $payload_form = qr/\A(?:\{"event": "(?:acquired|taken_over|released|broken|purged)", "lock_name": ".*", "token": [1-9][0-9]*, "previous_token": (?:[1-9][0-9]*|null)\}|\{"event": "overflow", "lock_name": null, "token": null, "previous_token": null, "count": [1-9][0-9]*\}|\{"event": "notifier_exit", "lock_name": null, "token": null, "previous_token": null\})\z/s;
+
+# The payload of a notifier's last notification (src/events.c).
+my $exit_payload = '{"event": "notifier_exit", "lock_name": null, "token": null, "previous_token": null}';
 
 # listener_start($db, $name) starts a psql process on database $db that
 # runs LISTEN dlock, and returns it (a hash: run, in, out, err, timer,
@@ -365,6 +392,30 @@ sub expire
 	$node->poll_query_until($db,
 		"SELECT NOT live FROM dlock_leases WHERE lock_name = '$name'")
 	  or die "lease $name did not expire";
+	return;
+}
+
+# notifier_gone($db) is a query that is true once the database $db has
+# no notifier: none shown in the view, and no notifier process connected
+# to it (one that has left the view may still be committing its exit
+# event).
+sub notifier_gone
+{
+	my ($db) = @_;
+	return "SELECT coalesce((SELECT pid IS NULL FROM dlock_notifier WHERE datname = '$db'), true)"
+	  . " AND NOT EXISTS (SELECT 1 FROM pg_stat_activity WHERE backend_type = 'dlock notifier' AND datname = '$db')";
+}
+
+# set_idle_timeout($node, $value) sets dlock.notifier_idle_timeout on
+# $node and waits until new sessions see it.
+sub set_idle_timeout
+{
+	my ($n, $value) = @_;
+	$n->safe_psql('postgres', "ALTER SYSTEM SET dlock.notifier_idle_timeout = '$value'");
+	$n->reload;
+	$n->poll_query_until('postgres',
+		"SELECT current_setting('dlock.notifier_idle_timeout') = '$value'")
+	  or die "dlock.notifier_idle_timeout not set to $value";
 	return;
 }
 
@@ -1062,6 +1113,91 @@ CREATE TABLESPACE evtbs LOCATION '';
 		'DROP DATABASE: the view has no row for the dropped database');
 	($state, $out, $err) = sqlstate_of($node, 'DROP DATABASE evd2');
 	is($state, '00000', 'DROP DATABASE evd2 (made from the template)') or diag($err);
+
+	# a DROP DATABASE that fails because a listener is connected: the
+	# listener hears the stopped notifier's last word
+	$node->safe_psql('postgres', q{
+CREATE DATABASE evl ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+ALTER DATABASE evl SET dlock.notify = on;
+});
+	$node->safe_psql('evl', 'CREATE EXTENSION dlock');
+	my $ll = listener_start('evl', 'evl');
+	my $t = acquire('evl', 'l:1', '10 min');
+	events_are([ collect($ll) ], [ ev('acquired', 'l:1', $t, undef) ], 'evl: the event of l:1');
+	my $lpid = notifier_pid('evl');
+	($state, $out, $err) = sqlstate_of($node, 'DROP DATABASE evl');
+	is($state, '55006', 'DROP DATABASE evl fails while a listener is connected');
+	my @got = collect($ll);
+	is_deeply([ map { "$_->{pid} $_->{payload}" } @got ], ["$lpid $exit_payload"],
+		'the notifier stopped for it sent its notifier_exit event, from its pid, as its last notification');
+	$t = acquire('evl', 'l:2', '10 min');
+	events_are([ collect($ll) ], [ ev('acquired', 'l:2', $t, undef) ],
+		'after the failed DROP DATABASE, the next event is sent');
+	isnt(notifier_pid('evl'), $lpid, 'by a new notifier');
+	$ll->{in} .= "\\q\n";
+	$ll->{run}->finish;
+
+	# stop marks: a DROP DATABASE waits (for pg_database, which a session
+	# holds in SHARE mode) after dlock stopped the database's notifier
+	my $held_drop = sub {
+		my ($db, $interfere) = @_;
+		my $e = bg_session($node, "e_$db", $db);
+		my $c = bg_session($node, "c_$db");
+		$c->{bg}->query_safe('BEGIN; LOCK TABLE pg_database IN SHARE MODE');
+		my $a = bg_session($node, "a_$db");
+		bg_start($a, "DROP DATABASE $db;");
+		$node->poll_query_until('postgres',
+			"SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $a->{pid}")
+		  or die "the DROP DATABASE of $db does not wait for pg_database";
+		$interfere->() if $interfere;
+		# a lease change in the database, by a session connected before
+		my $tok = $e->{bg}->query_safe("SELECT dlock_acquire('held', '10 min')");
+		my $started = $node->safe_psql('postgres',
+			"SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'dlock notifier' AND datname = '$db'");
+		bg_close($e);
+		$c->{bg}->query_safe('COMMIT');
+		my ($aout, $astate) = bg_finish($a);
+		bg_close($a);
+		bg_close($c);
+		return ($astate, $tok, $started);
+	};
+
+	# (a) another command on the database ends while the DROP waits
+	$node->safe_psql('postgres', q{
+CREATE DATABASE evm ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+ALTER DATABASE evm SET dlock.notify = on;
+});
+	$node->safe_psql('evm', 'CREATE EXTENSION dlock');
+	acquire('evm', 'm:1', '10 min');
+	$node->poll_query_until('evm', "SELECT pid IS NOT NULL FROM dlock_notifier WHERE datname = 'evm'")
+	  or die 'evm has no notifier';
+	my ($astate, $tok, $started) = $held_drop->(
+		'evm',
+		sub {
+			my ($bstate, $bout, $berr) = sqlstate_of($node,
+				"SET lock_timeout = '100ms';\nALTER DATABASE evm RENAME TO evm2");
+			is($bstate, '55P03', 'stop marks: a RENAME of the database times out while the DROP waits');
+		});
+	like($tok, qr/\A[0-9]+\z/, 'stop marks: a lease change in the database commits meanwhile');
+	is($started, '0', 'stop marks: it starts no notifier: the RENAME did not clear the DROP\'s mark');
+	is($astate, '00000', 'stop marks: the DROP DATABASE succeeds');
+
+	# (b) a database without a notifier slot
+	$node->safe_psql('postgres', q{
+CREATE DATABASE evn ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;
+ALTER DATABASE evn SET dlock.notify = on;
+});
+	$node->safe_psql('evn', 'CREATE EXTENSION dlock');
+	is($node->safe_psql('ev', "SELECT count(*) FROM dlock_notifier WHERE datname = 'evn'"), '0',
+		'stop marks: evn has no notifier slot');
+	($astate, $tok, $started) = $held_drop->('evn');
+	like($tok, qr/\A[0-9]+\z/, 'stop marks: the first lease change of evn commits while its DROP waits');
+	is($started, '0', 'stop marks: it starts no notifier');
+	is($astate, '00000', 'stop marks: the DROP DATABASE of a database that had no slot succeeds');
+	is( $node->safe_psql('ev',
+			"SELECT count(*) FROM dlock_notifier n WHERE n.datid NOT IN (SELECT oid FROM pg_database)"),
+		'0',
+		'stop marks: the view has no row for the dropped databases');
 }
 
 # ---------------------------------------------------------------------
@@ -1113,6 +1249,45 @@ CREATE TABLESPACE evtbs LOCATION '';
 		'full queue: the next transaction\'s event is sent');
 }
 
+# ---------------------------------------------------------------------
+# 14. An idle notifier exits, and says so.
+# ---------------------------------------------------------------------
+
+{
+	my $old = notifier_pid('ev');
+	like($old, qr/\A[0-9]+\z/, 'idle: ev has a notifier, idle (dlock.notifier_idle_timeout = 1h)');
+	my $sent0 = one('ev', "SELECT events_sent FROM dlock_notifier WHERE datname = 'ev'");
+	set_idle_timeout($node, '300ms');
+	ok($node->poll_query_until('ev', notifier_gone('ev')),
+		'idle: with the timeout lowered to 300ms, the idle notifier exits');
+	my @got = collect($l);
+	is_deeply([ map { "$_->{pid} $_->{payload}" } @got ], ["$old $exit_payload"],
+		'idle: its last notification is notifier_exit, from its pid');
+	is(scalar(grep { !$_->{form_ok} } @got), 0, 'idle: in the documented form');
+
+	# a lease change starts a notifier, which exits 300 ms later
+	my $t = acquire('ev', 'idle:1', '10 min');
+	ok( $node->poll_query_until('ev',
+			notifier_gone('ev') . " AND (SELECT events_sent = $sent0 + 1 FROM dlock_notifier WHERE datname = 'ev')"),
+		'idle: a lease change starts a notifier, which sends its event and exits');
+	@got = collect($l);
+	is_deeply([ map { $_->{payload} } @got ],
+		[ qq({"event": "acquired", "lock_name": "idle:1", "token": $t, "previous_token": null}), $exit_payload ],
+		'idle: the event, then notifier_exit (events_sent counts the event only)');
+	is(scalar(@got), 2, 'idle: two notifications');
+	my $pid1 = @got == 2 && $got[0]{pid} eq $got[1]{pid} ? $got[0]{pid} : '';
+	like($pid1, qr/\A[0-9]+\z/, 'idle: both from one pid');
+	isnt($pid1, $old, 'idle: a new notifier\'s');
+
+	# back to 1h: the next notifier stays
+	set_idle_timeout($node, '1h');
+	$t = acquire('ev', 'idle:2', '10 min');
+	events_are([ collect($l) ], [ ev('acquired', 'idle:2', $t, undef) ],
+		'idle: the next lease change is sent by the notifier the view shows');
+	my $pid2 = notifier_pid('ev');
+	ok($pid2 ne $pid1 && $pid2 ne $old, 'idle: a third notifier, with a pid of its own');
+}
+
 $l->{in} .= "\\q\n";
 $l->{run}->finish;
 
@@ -1131,6 +1306,7 @@ $node->stop;
 shared_preload_libraries = 'dlock'
 max_worker_processes = 2
 dlock.notify_queue_size = 64kB
+dlock.notifier_idle_timeout = '1h'
 });
 	$small->start;
 	is($small->safe_psql('postgres', 'SHOW dlock.notify_queue_size'), '64kB',
@@ -1159,6 +1335,30 @@ dlock.notify_queue_size = 64kB
 			"SELECT pid IS NULL, events_dropped, events_queued FROM dlock_notifier WHERE datname = 'sb'"),
 		't|1|0',
 		'small: sb has no notifier, and its event counts as dropped');
+
+	# sa's notifier gives its worker back when idle
+	is( $small->safe_psql('postgres',
+			"SELECT boot_val FROM pg_settings WHERE name = 'dlock.notifier_idle_timeout'"),
+		'10000', 'small: dlock.notifier_idle_timeout is 10 s (10000 ms) by default');
+	set_idle_timeout($small, '100ms');
+	ok( $small->poll_query_until('sa',
+			"SELECT pid IS NULL FROM dlock_notifier WHERE datname = 'sa'"),
+		'small: sa\'s notifier exits idle');
+
+	# until the postmaster has taken the exited worker back, there is no
+	# free slot: poll (each try is a lease change of its own)
+	my ($tries, $start) = (0, time);
+	do
+	{
+		$tries++;
+		$small->psql('sb', "SELECT dlock_acquire('w$tries', '10 min') IS NOT NULL",
+			stdout => \$out, stderr => \$err);
+		Time::HiRes::sleep(0.05) if $err ne '';
+	} while ($err ne '' && time - $start < $timeout);
+	is($err, '', "small: a lease change of sb then starts its notifier, without a warning ($tries tries)");
+	ok( $small->poll_query_until('sb',
+			"SELECT events_sent = 1 FROM dlock_notifier WHERE datname = 'sb'"),
+		'small: and its event is sent');
 	is(scalar(crash_lines($small)), 0, 'small: no crash or failed assertion in the server log');
 	$small->stop;
 }

@@ -5,21 +5,23 @@
 #	  channel "dlock" with any payload; a listener must be able to tell
 #	  dlock's own events from such forgeries, by the rule that
 #	  docs/sql-reference.md ("Lease events") gives: accept a notification
-#	  on channel dlock only when its sender pid is the pid dlock_notifier
-#	  shows for the database, reading the view again on a pid it does not
-#	  know.
+#	  on channel dlock only when its sender pid is the notifier's pid the
+#	  listener keeps, reading dlock_notifier again on a pid it does not
+#	  know, and forget the pid at the notifier's "notifier_exit" event.
 #
 # The listener is a psql process of its own, logged in as the ordinary
 # role "watcher", that ran LISTEN dlock and applies that rule in
-# rule_accepts(): it reads the view through its own session.  Where the
-# view does not exist (dlock before the notifier) the rule cannot accept
-# anything, so every check below, each of which needs the rule to accept
-# dlock's own event as well as to reject the forgery, fails there (which
-# is the point: a listener could not tell them apart).
+# rule_accepts(): it reads the view through its own session (and counts
+# its reads).  Where the view does not exist (dlock before the notifier)
+# the rule cannot accept anything, so every check below, each of which
+# needs the rule to accept dlock's own event as well as to reject the
+# forgery, fails there (which is the point: a listener could not tell
+# them apart).
 #
 # The attacker is the ordinary role "mallory" (LOGIN, CREATEDB, no other
 # privilege), in database "app", whose lease changes are sent
-# (ALTER DATABASE app SET dlock.notify = on).  Checks:
+# (ALTER DATABASE app SET dlock.notify = on).  Notifiers stay while idle
+# (dlock.notifier_idle_timeout = 1h) except in check 7.  Checks:
 #   1. mallory's NOTIFY dlock with a forged "broken" event: the rule
 #      rejects it, and accepts the real event of a lease change made after
 #      it.
@@ -41,6 +43,31 @@
 #      NOTIFY's commit waits for a synchronous standby that does not
 #      answer) does not hold up another session's lease changes with
 #      events (synchronous_commit = local), which commit while it waits.
+#   7. Across an exit and a restart: with dlock.notifier_idle_timeout
+#      lowered, the notifier exits idle and its last notification is a
+#      "notifier_exit" event, which the rule accepts and after which it
+#      keeps no pid; a notification from that pid after the exit event
+#      (what a process that reused the pid could send: a pid cannot be
+#      forced, so the notification is given to the rule as received from
+#      it) is not accepted, and the rule reads the view for it; the next
+#      real event comes from a new notifier and is accepted; after a
+#      superuser terminated that one, the next real event is accepted
+#      from a third pid, and mallory's forgery is rejected.
+#   8. The owner's commands that PostgreSQL refuses before it looks for
+#      other sessions do not stop the notifier of the owner's database
+#      ("mdb", owned by mallory): DROP DATABASE in a transaction block, in
+#      a function, in a read-only transaction and from the database
+#      itself; ALTER DATABASE ... RENAME to a name in use and without
+#      CREATEDB; ALTER DATABASE ... SET TABLESPACE in a transaction block
+#      and to pg_global; CREATE DATABASE ... TEMPLATE mdb in a transaction
+#      block, under a name in use, for an owner mallory cannot become,
+#      and without CREATEDB.  Each fails with PostgreSQL's SQLSTATE, and
+#      the notifier keeps its pid.
+#   9. A role with CREATEDB that owns nothing copies template1 (CREATE
+#      DATABASE without TEMPLATE) while template1 has a notifier (after a
+#      lease change there): the copy succeeds (the notifier of a template
+#      it may copy is stopped for it, not left to make the copy fail with
+#      "being accessed by other users").
 #
 # Every wait is bounded ($PostgreSQL::Test::Utils::timeout_default).
 #
@@ -64,6 +91,7 @@ $node->init(allows_streaming => 1);    # commits can wait for a standby (6.)
 $node->append_conf(
 	'postgresql.conf', q{
 shared_preload_libraries = 'dlock'
+dlock.notifier_idle_timeout = '1h'
 });
 $node->start;
 $node->safe_psql(
@@ -81,16 +109,20 @@ $node->safe_psql('postgres', 'ALTER DATABASE app SET dlock.notify = on');
 my %as_mallory = (extra_params => [ '-U', 'mallory' ]);
 my $json = JSON::PP->new->utf8;
 
+# The payload of the notifier's last notification (src/events.c).
+my $exit_payload = '{"event": "notifier_exit", "lock_name": null, "token": null, "previous_token": null}';
+
 # ---------------------------------------------------------------------
 # The listener
 # ---------------------------------------------------------------------
 
 # listener_start() starts a psql process on app, logged in as watcher,
 # that runs LISTEN dlock; returns it (a hash: run, in, out, err, timer,
-# seq, notes, known).
+# seq, notes, known: the notifier's pid it keeps, reads: its reads of the
+# view).
 sub listener_start
 {
-	my $l = { in => '', out => '', err => '', seq => 0, notes => [], known => undef };
+	my $l = { in => '', out => '', err => '', seq => 0, notes => [], known => undef, reads => 0 };
 	$l->{timer} = IPC::Run::timer($timeout);
 	$l->{run} = IPC::Run::start(
 		[ $node->installed_command('psql'), '-XAtq', '-U', 'watcher', '-d', $node->connstr('app') ],
@@ -148,9 +180,11 @@ sub notes_until
 
 # rule_accepts($l, $n) is the listener's rule (docs/sql-reference.md,
 # "Lease events"): accept a notification on channel dlock only when its
-# sender pid is the pid dlock_notifier shows for the database; on a pid
-# the listener does not know, it reads the view again.  The view is read
-# in the listener's own session; if that fails, nothing is accepted.
+# sender pid is the notifier's pid the listener keeps; on a pid it does
+# not keep, it reads the view again and keeps the pid the view shows
+# (none when it shows none); an accepted "notifier_exit" event makes it
+# keep no pid.  The view is read in the listener's own session (counted
+# in $l->{reads}); if that fails, nothing is accepted.
 sub rule_accepts
 {
 	my ($l, $n) = @_;
@@ -159,10 +193,13 @@ sub rule_accepts
 	{
 		my ($out, $err) = listener_command($l,
 			'SELECT pid FROM dlock_notifier WHERE datname = current_database();');
+		$l->{reads}++;
 		note "the listener could not read dlock_notifier: $err" if $err ne '';
 		$l->{known} = ($err eq '' && $out =~ /\A([0-9]+)\n\z/) ? $1 : undef;
 	}
-	return defined $l->{known} && $n->{pid} eq $l->{known} ? 1 : 0;
+	return 0 unless defined $l->{known} && $n->{pid} eq $l->{known};
+	$l->{known} = undef if $n->{payload} eq $exit_payload;
+	return 1;
 }
 
 # payload_of($event, $name, $token, $prev) is the payload dlock sends.
@@ -181,13 +218,29 @@ sub find
 	return $n[0];
 }
 
-# notifier_pid() returns the pid dlock_notifier shows for app ('' when
-# none; undef when the view cannot be read).
+# notifier_pid($db) returns the pid dlock_notifier shows for database $db
+# (default app; '' when none; undef when the view cannot be read).
 sub notifier_pid
 {
-	my ($ret, $out, $err) = $node->psql('app',
-		"SELECT pid FROM dlock_notifier WHERE datname = 'app'");
+	my ($db) = @_;
+	$db //= 'app';
+	my ($ret, $out, $err) = $node->psql($db,
+		"SELECT pid FROM dlock_notifier WHERE datname = current_database()");
 	return $ret == 0 ? $out : undef;
+}
+
+# set_idle_timeout($value) sets dlock.notifier_idle_timeout for the server
+# and waits until new sessions see it; false when it cannot be set (a
+# dlock without the setting).
+sub set_idle_timeout
+{
+	my ($value) = @_;
+	my ($ret) = $node->psql('postgres',
+		"ALTER SYSTEM SET dlock.notifier_idle_timeout = '$value'");
+	return 0 if $ret != 0;
+	$node->reload;
+	return $node->poll_query_until('postgres',
+		"SELECT current_setting('dlock.notifier_idle_timeout') = '$value'");
 }
 
 my $l = listener_start();
@@ -347,6 +400,130 @@ SELECT dlock_release('held:1', :tok);});
 		"ALTER SYSTEM RESET synchronous_standby_names; SELECT pg_reload_conf()");
 	bg_close($m);
 	bg_close($w);
+}
+
+# ---------------------------------------------------------------------
+# 7. Across an exit and a restart.
+# ---------------------------------------------------------------------
+
+{
+	my @why;
+
+	# a real event, from the notifier the rule learns from the view
+	my $t1 = $node->safe_psql('app', "SELECT dlock_acquire('exit:1', '10 min')");
+	my $real1 = payload_of('acquired', 'exit:1', $t1, undef);
+	my $r1 = find([ notes_until($l, sub { find($_[0], $real1) }) ], $real1);
+	push @why, 'the first real event was not accepted' unless $r1 && rule_accepts($l, $r1);
+	my $p1 = $r1 ? $r1->{pid} : 0;
+
+	# the notifier exits idle; its last word is the exit event
+	my $exited = set_idle_timeout('100ms')
+	  && $node->poll_query_until('app',
+		"SELECT pid IS NULL FROM dlock_notifier WHERE datname = 'app'");
+	push @why, 'the notifier did not exit idle' unless $exited;
+	my @notes = $exited ? notes_until($l, sub { grep { $_->{payload} eq $exit_payload } @{ $_[0] } }) : ();
+	my ($x) = grep { $_->{payload} eq $exit_payload } @notes;
+	push @why, 'no exit event' unless $x;
+	push @why, 'the exit event came from another pid, or was not its last notification'
+	  unless $x && $x->{pid} eq $p1 && $notes[-1] == $x;
+	push @why, 'the rule did not accept the exit event, or still keeps its pid'
+	  unless $x && rule_accepts($l, $x) && !defined $l->{known};
+
+	# a notification from that pid after its exit event: read the view, reject
+	my $reads = $l->{reads};
+	my $late = { channel => 'dlock', pid => $p1, payload => payload_of('broken', 'exit:1', $t1, undef) };
+	push @why, 'a notification from the exited pid was accepted' if rule_accepts($l, $late);
+	push @why, 'the rule did not read the view for the exited pid' unless $l->{reads} == $reads + 1;
+
+	# the next real event comes from a new notifier
+	push @why, 'the idle timeout was not set back' unless set_idle_timeout('1h');
+	my $t2 = $node->safe_psql('app', "SELECT dlock_acquire('exit:2', '10 min')");
+	my $real2 = payload_of('acquired', 'exit:2', $t2, undef);
+	my $r2 = find([ notes_until($l, sub { find($_[0], $real2) }) ], $real2);
+	push @why, 'the event after the exit was not accepted, or came from the exited pid'
+	  unless $r2 && $r2->{pid} ne $p1 && rule_accepts($l, $r2);
+	my $p2 = $r2 ? $r2->{pid} : 0;
+
+	# a restart: terminated by a superuser, no exit event; the next notifier
+	$node->safe_psql('app', "SELECT pg_terminate_backend($p2)") if $p2;
+	push @why, 'the notifier did not go'
+	  unless $p2 && $node->poll_query_until('app',
+		"SELECT pid IS NULL FROM dlock_notifier WHERE datname = 'app'");
+	my $t3 = $node->safe_psql('app', "SELECT dlock_acquire('exit:3', '10 min')");
+	my $real3 = payload_of('acquired', 'exit:3', $t3, undef);
+	my $r3 = find([ notes_until($l, sub { find($_[0], $real3) }) ], $real3);
+	push @why, 'the event after the restart was not accepted'
+	  unless $r3 && $r3->{pid} ne $p2 && rule_accepts($l, $r3);
+
+	# and a forgery is still rejected
+	my $forged = payload_of('broken', 'exit:3', $t3, undef);
+	$node->safe_psql('app', "NOTIFY dlock, '$forged'", %as_mallory);
+	my $f = find([ notes_until($l, sub { find($_[0], $forged) }) ], $forged);
+	push @why, 'the forgery after the restart was not rejected' unless $f && !rule_accepts($l, $f);
+
+	ok(!@why,
+		'7. across an idle exit and a restart the rule accepts every real event, the exit event is the notifier\'s last and ends its pid, a notification from that pid after it is rejected after reading the view, and forgeries are rejected'
+	) or diag(join("\n", @why));
+}
+
+# ---------------------------------------------------------------------
+# 8. The owner's refused commands do not stop its notifier.
+# ---------------------------------------------------------------------
+
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE mdb OWNER mallory');
+	$node->safe_psql('mdb', 'CREATE EXTENSION dlock');
+	$node->safe_psql('postgres', 'ALTER DATABASE mdb SET dlock.notify = on');
+	$node->safe_psql('mdb', "SELECT dlock_acquire('m', '10 min')", %as_mallory);
+	$node->poll_query_until('mdb', "SELECT pid IS NOT NULL FROM dlock_notifier WHERE datname = 'mdb'")
+	  or diag('mdb has no notifier');
+	my $before = notifier_pid('mdb');
+
+	my @bad;
+	my $try = sub {
+		my ($sql, $want, %opt) = @_;
+		my ($state, $out, $err) = sqlstate_of($node, $sql, role => 'mallory', %opt);
+		push @bad, "$sql: SQLSTATE $state, not $want: $err" if $state ne $want;
+	};
+	$try->("BEGIN;\nDROP DATABASE mdb", '25001');
+	$try->(q{DO $$BEGIN EXECUTE 'DROP DATABASE mdb'; END$$}, '25001');
+	$try->("SET default_transaction_read_only = on;\nDROP DATABASE mdb", '25006');
+	$try->('DROP DATABASE mdb', '55006', dbname => 'mdb');
+	$try->('ALTER DATABASE mdb RENAME TO app', '42P04');
+	$try->("BEGIN;\nALTER DATABASE mdb SET TABLESPACE hostile_tbs", '25001');
+	$try->('ALTER DATABASE mdb SET TABLESPACE pg_global', '42501');
+	$try->("BEGIN;\nCREATE DATABASE mcopy TEMPLATE mdb", '25001');
+	$try->('CREATE DATABASE app TEMPLATE mdb', '42P04');
+	$try->('CREATE DATABASE mcopy TEMPLATE mdb OWNER watcher', '42501');
+	$node->safe_psql('postgres', 'ALTER ROLE mallory NOCREATEDB');
+	$try->('ALTER DATABASE mdb RENAME TO mdb2', '42501');
+	$try->('CREATE DATABASE mcopy TEMPLATE mdb', '42501');
+	$node->safe_psql('postgres', 'ALTER ROLE mallory CREATEDB');
+
+	my $after = notifier_pid('mdb');
+	ok( !@bad
+		  && defined $before
+		  && $before =~ /\A[0-9]+\z/
+		  && defined $after
+		  && $after eq $before,
+		'8. the owner\'s DROP DATABASE in a transaction block, a function, a read-only transaction and from the database, RENAME to a name in use and without CREATEDB, SET TABLESPACE in a transaction block and to pg_global, CREATE DATABASE ... TEMPLATE in a transaction block, under a used name, for another owner and without CREATEDB fail as PostgreSQL fails them, and leave the notifier running with the same pid'
+	) or diag("notifier before: " . ($before // 'no view') . ", after: " . ($after // 'no view') . "\n" . join("\n", @bad));
+}
+
+# ---------------------------------------------------------------------
+# 9. A CREATEDB role copies template1 while template1 has a notifier.
+# ---------------------------------------------------------------------
+
+{
+	$node->safe_psql('template1', 'CREATE EXTENSION dlock');
+	$node->safe_psql('postgres', 'ALTER DATABASE template1 SET dlock.notify = on');
+	$node->safe_psql('template1', "SELECT dlock_acquire('t', '10 min')");
+	my $running = $node->poll_query_until('template1',
+		"SELECT pid IS NOT NULL FROM dlock_notifier WHERE datname = 'template1'");
+	my ($state, $out, $err) = sqlstate_of($node, 'CREATE DATABASE mallory_db', role => 'mallory');
+	ok($running && $state eq '00000',
+		'9. a role with CREATEDB that owns nothing copies template1 while template1\'s notifier runs'
+	) or diag("notifier ran: " . ($running ? 'yes' : 'no') . "; CREATE DATABASE: $state $err");
 }
 
 $l->{in} .= "\\q\n";
