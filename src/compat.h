@@ -231,6 +231,17 @@ typedef bool DlockUpdateIndexes;
 #endif
 
 /*
+ * DlockMayActFor reports whether role member may act for role, the holder
+ * role of a lease: renew or release it, keep it from being taken over:
+ * it has the role's privileges or may SET ROLE to it (superusers may for
+ * every role).  From PostgreSQL 16 on a membership granted WITH INHERIT
+ * FALSE, SET FALSE (as CREATEROLE's own grants are) gives neither, and
+ * does not count; before 16 every member may SET ROLE.
+ */
+#define DlockMayActFor(member, role) \
+	(has_privs_of_role((member), (role)) || DlockCanSetRole((member), (role)))
+
+/*
  * Whether role roleid owns (or has the privileges of the owner of) database
  * dboid: pg_database_ownercheck before PostgreSQL 16, object_ownercheck
  * from 16 on.
@@ -241,22 +252,6 @@ typedef bool DlockUpdateIndexes;
 #else
 #define DlockDatabaseOwnercheck(dboid, roleid) \
 	pg_database_ownercheck((dboid), (roleid))
-#endif
-
-/*
- * DlockMayActFor reports whether role member may act for role, the holder
- * role of a lease: renew or release it, keep it from being taken over.
- * Superusers may for every role.  From PostgreSQL 16 on a membership can
- * give neither the role's privileges nor SET ROLE (granted WITH INHERIT
- * FALSE, SET FALSE, as CREATEROLE's own grants are): it does not count;
- * one that gives either does.  Before 16 every member may SET ROLE, so
- * every member counts.
- */
-#if PG_VERSION_NUM >= 160000
-#define DlockMayActFor(member, role) \
-	(has_privs_of_role((member), (role)) || member_can_set_role((member), (role)))
-#else
-#define DlockMayActFor(member, role)	is_member_of_role((member), (role))
 #endif
 
 /*
