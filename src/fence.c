@@ -548,6 +548,8 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 		int			nowners = 1;
 		int			i;
 
+		/* only dlock_check records its owners, and it names no table */
+		Assert(checked == NULL || !OidIsValid(table_owner));
 		if (!OidIsValid(table_owner))
 		{
 			nowners = DlockMarkOwners(fn_oid, lock_name, GetUserId(), &owners);
