@@ -26,12 +26,15 @@ PGXS_DIR=
 # The Debian packages the two commands need.  Debian's PostgreSQL 15 is
 # always there: it is the default server, and the pg_upgrade test upgrades
 # from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl,
-# patroni and etcd-server for test/t/050_patroni.pl.
+# patroni and etcd-server for test/t/050_patroni.pl, the python3-*
+# packages for the Python client (clients/python: psycopg 3, its pool,
+# pytest, and pip for its offline install test).
 DLOCK_PACKAGES=(
     make gcc
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
     pgbouncer prometheus-postgres-exporter patroni etcd-server
+    python3-psycopg python3-psycopg-pool python3-pytest python3-pip
 )
 
 # Packages whose installation starts a system service the tests neither
