@@ -1,0 +1,76 @@
+#!/usr/bin/env node
+// Runs the suite: starts the cluster the scenarios share, runs every test
+// file with Node's test runner (TAP), stops everything it started (also
+// what a crashed test file left behind), and prints the counts line
+// "client: N passed, M failed" last.
+import { spawn, execFileSync } from 'node:child_process';
+import { readdirSync, existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { startCluster, cleanupAll, TESTDIR, WORKDIR, BINDIR } from './lib/harness.js';
+
+const t0 = performance.now();
+const only = process.argv.slice(2);
+const files = readdirSync(TESTDIR)
+  .filter((f) => f.endsWith('.test.js'))
+  .filter((f) => !only.length || only.some((o) => f.startsWith(o)))
+  .sort()
+  .map((f) => path.join(TESTDIR, f));
+
+function sweep() {
+  // Servers and poolers a crashed test file may have left running.
+  for (const d of readdirSync(WORKDIR)) {
+    const dir = path.join(WORKDIR, d);
+    if (existsSync(path.join(dir, 'data', 'postmaster.pid'))) {
+      try { execFileSync(path.join(BINDIR, 'pg_ctl'), ['-D', path.join(dir, 'data'), '-m', 'immediate', '-w', 'stop'], { stdio: 'ignore', timeout: 30000 }); } catch { /* */ }
+    }
+    const pb = path.join(dir, 'pgbouncer.pid');
+    if (existsSync(pb)) {
+      try { process.kill(Number(readFileSync(pb, 'utf8').trim()), 'SIGKILL'); } catch { /* */ }
+    }
+  }
+}
+
+let passed = 0;
+let failed = 0;
+let child;
+const onSignal = (sig) => {
+  if (child) child.kill('SIGKILL');
+  cleanupAll().finally(() => { sweep(); process.exit(sig === 'SIGINT' ? 130 : 143); });
+};
+process.on('SIGINT', onSignal);
+process.on('SIGTERM', onSignal);
+
+try {
+  const shared = await startCluster('shared');
+  const out = await new Promise((resolve) => {
+    let text = '';
+    child = spawn(process.execPath, ['--test', '--test-concurrency=2', '--test-reporter=tap', ...files], {
+      env: { ...process.env, DLOCK_TEST_SHARED: JSON.stringify({ dir: shared.dir, port: shared.port }) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const guard = setTimeout(() => { text += '\n# run.js: the suite took more than 180 s: killed\n'; child.kill('SIGKILL'); }, 180000);
+    child.stdout.on('data', (d) => { text += d; process.stdout.write(d); });
+    child.stderr.on('data', (d) => { process.stdout.write(d); });
+    child.on('exit', (code) => { clearTimeout(guard); resolve({ text, code }); });
+  });
+  const num = (k) => { const m = new RegExp(`^# ${k} (\\d+)$`, 'm').exec(out.text); return m ? Number(m[1]) : null; };
+  const pass = num('pass');
+  const fail = num('fail');
+  if (pass === null || fail === null) {
+    failed = 1;
+    passed = 0;
+  } else {
+    passed = pass;
+    failed = fail + (num('cancelled') || 0);
+    if (out.code !== 0 && failed === 0) failed = 1;
+  }
+} catch (err) {
+  console.log(`# run.js: ${err && err.stack || err}`);
+  failed += 1;
+} finally {
+  await cleanupAll();
+  sweep();
+}
+console.log(`# wall time ${((performance.now() - t0) / 1000).toFixed(1)} s`);
+console.log(`client: ${passed} passed, ${failed} failed`);
+process.exit(failed ? 1 : 0);
