@@ -1,0 +1,824 @@
+"""The synchronous client: ``Client``, ``Lease``, ``Election``, ``Observer``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import math
+import select
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union)
+
+import psycopg
+from psycopg import pq
+
+from . import _core
+from ._core import LeaseState, monotonic
+from ._watchdog import Watchdog
+from .errors import DlockError, LeaseLost, NotAcquired, StaleToken
+
+__all__ = ["Client", "Lease", "Election", "Observer", "Leader", "lease", "lease_all", "permit",
+           "fence_errors"]
+
+PoolLike = Any  # a psycopg_pool.ConnectionPool, or a conninfo string
+OnLost = Callable[[LeaseLost], None]
+
+# The longest wait one dlock_acquire call is given when the scope waits for
+# ever (campaign without a wait): the call is repeated.
+_WAIT_CHUNK = 300.0
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A leader of an election: the owner label of its lease and its token."""
+
+    owner: Optional[str]
+    token: int
+
+
+@contextlib.contextmanager
+def fence_errors() -> Iterator[None]:
+    """Turns a database error with SQLSTATE 55T01 (a fenced write or
+    ``dlock_check`` rejected) raised in the block into :class:`StaleToken`.
+
+    >>> with dlock.fence_errors():
+    ...     conn.execute("UPDATE accounts SET fence_token = %s ...", (lease.token,))
+    """
+    try:
+        yield
+    except psycopg.Error as exc:
+        err = _core.translate_stale(exc)
+        if err is exc:
+            raise
+        raise err from exc
+
+
+def _retryable(exc: BaseException) -> bool:
+    state = getattr(exc, "sqlstate", None)
+    if state is None:
+        return isinstance(exc, (psycopg.OperationalError, OSError))
+    return state in _core.RECONNECT_SQLSTATES or state.startswith("08")
+
+
+class Client:
+    """A dlock client: one renewal thread and connection serving all its
+    leases.
+
+    ``pool`` is a ``psycopg_pool.ConnectionPool`` (acquires and releases use
+    its connections; renewals use a connection of their own, opened from the
+    pool's conninfo) or a conninfo string (the client then keeps a small pool
+    of its own).  ``owner`` is the default owner label of its leases (None:
+    the session's default, see ``dlock_acquire``).  ``connect_timeout`` bounds
+    every connection the client opens, in seconds.
+
+    Use it as a context manager, or call :meth:`close`; the module-level
+    functions (:func:`dlock.lease` ...) use one shared client per pool.
+    """
+
+    def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0):
+        self._conninfo, self._kwargs = _core.conninfo_of(pool)
+        self._pool = None if isinstance(pool, str) else pool
+        self._own_pool: Any = None
+        self.owner = owner
+        self.connect_timeout = float(connect_timeout)
+        self._renewer = _core.Renewer(self._conninfo, self._kwargs, self.connect_timeout)
+        self._watchdog = Watchdog()
+        self._lock = threading.Lock()
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    # -- life cycle
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stops the renewal thread (leases still held are no longer renewed)
+        and closes the client's own connections."""
+        with self._lock:
+            self._closed = True
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+            own, self._own_pool = self._own_pool, None
+        if loop is not None and thread is not None:
+            try:
+                asyncio.run_coroutine_threadsafe(self._renewer.close(), loop).result(5)
+            except Exception:
+                pass
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(5)
+        if own is not None:
+            own.close()
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._closed:
+                raise DlockError("the dlock client is closed")
+            if self._loop is not None:
+                return self._loop
+            loop = asyncio.new_event_loop()
+            started = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(self._renewer.start)
+                loop.call_soon(started.set)
+                try:
+                    loop.run_forever()
+                finally:
+                    loop.close()
+
+            t = threading.Thread(target=run, name="dlock renewal", daemon=True)
+            t.start()
+            started.wait()
+            self._loop, self._thread = loop, t
+            return loop
+
+    @property
+    def renewal_pid(self) -> Optional[int]:
+        """The backend pid of the renewal connection (None while it has none)."""
+        return self._renewer.backend_pid
+
+    # -- connections
+
+    def _app_pool(self) -> Any:
+        if self._pool is not None:
+            return self._pool
+        with self._lock:
+            if self._own_pool is None:
+                from psycopg_pool import ConnectionPool
+
+                self._own_pool = ConnectionPool(
+                    self._conninfo, min_size=1, max_size=8, name="dlock",
+                    kwargs={"autocommit": True, "prepare_threshold": None, **self._kwargs},
+                    timeout=self.connect_timeout,
+                )
+            return self._own_pool
+
+    def _direct(self, bound: float) -> "psycopg.Connection[Any]":
+        kwargs = dict(self._kwargs)
+        kwargs.setdefault("connect_timeout", max(2, math.ceil(min(bound, self.connect_timeout))))
+        return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=None, **kwargs)
+
+    @contextlib.contextmanager
+    def _conn(self, fresh: bool, bound: float) -> Iterator["psycopg.Connection[Any]"]:
+        if not fresh:
+            with self._app_pool().connection(timeout=min(bound, self.connect_timeout)) as conn:
+                yield conn
+            return
+        conn = self._direct(bound)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def _query(self, conn: "psycopg.Connection[Any]", query: str, params: Any, bound: float) -> Any:
+        """Runs one statement in a transaction of its own on ``conn``, abandoned
+        (the connection closed) when it has no answer within ``bound``."""
+        prev = conn.autocommit
+        if not prev:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                conn.rollback()
+            conn.autocommit = True
+        guard = self._watchdog.arm(conn, bound)
+        try:
+            return conn.execute(query, params).fetchone()
+        finally:
+            if self._watchdog.disarm(guard):
+                conn.close()
+            elif not prev and not conn.closed:
+                try:
+                    conn.autocommit = False
+                except psycopg.Error:
+                    pass
+
+    # -- acquire and release
+
+    def _acquire(self, kind: str, names: Sequence[str], ttl: float, wait: float,
+                 owner: Optional[str]) -> Optional[Tuple[List[str], List[int], float, Any]]:
+        start = monotonic()
+        end = start + wait
+        backoff = 0.1
+        fresh = False
+        while True:
+            now = monotonic()
+            this_wait = min(max(0.0, end - now), _WAIT_CHUNK)
+            params: Dict[str, Any] = {"ttl": _core.interval(ttl), "wait": _core.interval(this_wait),
+                                      "owner": owner if owner is not None else self.owner}
+            if kind == "one":
+                query = _core.SQL_ACQUIRE
+                params["name"] = names[0]
+            else:
+                query = _core.SQL_ACQUIRE_ALL if kind == "all" else _core.SQL_ACQUIRE_ANY
+                params["names"] = list(names)
+            bound = this_wait + self.connect_timeout
+            try:
+                with self._conn(fresh, bound) as conn:
+                    sent = monotonic()
+                    row = self._query(conn, query, params, bound)
+            except (psycopg.Error, OSError) as exc:
+                if not (wait > 0 and _retryable(exc) and monotonic() < end):
+                    raise
+                fresh = True
+                time.sleep(min(backoff, max(0.0, end - monotonic())))
+                backoff = min(1.0, backoff * 2)
+                continue
+            if kind == "any":
+                if row is not None:
+                    return [row[0]], [row[1]], sent, row[2]
+            elif row is not None and row[0] is not None:
+                tokens = row[0] if kind == "all" else [row[0]]
+                return list(names), list(tokens), sent, row[1]
+            if monotonic() >= end:
+                return None
+
+    def _renew_now(self, state: LeaseState) -> bool:
+        """One renew on the caller's thread (the two-thirds rule)."""
+        query, params = _core.renew_params(state)
+        bound = state.time_left() / 2
+        if bound <= 0:
+            return False
+        with self._conn(False, bound) as conn:
+            sent = monotonic()
+            row = self._query(conn, query, params, bound)
+        if state.check_clock() or row is None:
+            return False
+        if _core.all_true(row[0]):
+            state.renewed(sent, row[1])
+            return True
+        state.lose("renewed-false")
+        return False
+
+    def _release(self, state: LeaseState) -> Optional[bool]:
+        """Releases until the deadline: True (confirmed), False (the server
+        said the lease was not live), None (no answer, only errors)."""
+        query, params = _core.release_params(state)
+        fresh = False
+        backoff = _core.PAUSE_MIN
+        while True:
+            left = state.time_left()
+            if left <= 0:
+                return None
+            bound = left / 2
+            try:
+                with self._conn(fresh, bound) as conn:
+                    row = self._query(conn, query, params, bound)
+            except (psycopg.Error, OSError) as exc:
+                fresh = True  # retry on a new connection
+                left = state.time_left()
+                if left <= 0:
+                    return None
+                time.sleep(_core.pause_before_retry(backoff, left))
+                backoff = _core.next_backoff(backoff)
+                continue
+            return _core.all_true(row[0]) if row is not None else None
+
+    def _register(self, state: LeaseState) -> None:
+        self._ensure_loop().call_soon_threadsafe(self._renewer.add, state)
+
+    def _unregister(self, state: LeaseState) -> None:
+        loop = self._loop
+        if loop is not None:
+            try:
+                loop.call_soon_threadsafe(self._renewer.remove, state)
+            except RuntimeError:  # the loop was closed
+                pass
+
+    # -- scopes
+
+    def lease(self, name: str, ttl: float, wait: float = 0, *, owner: Optional[str] = None,
+              on_lost: Optional[OnLost] = None, progress_timeout: Optional[float] = None) -> "Lease":
+        """A lease scope on one name: ``with client.lease("report", ttl=30) as lease:``.
+
+        Entering acquires (waiting up to ``wait`` seconds; :class:`NotAcquired`
+        when it could not), leaving releases.  See :class:`Lease`."""
+        return Lease(self, "one", [name], ttl, wait, owner, on_lost, progress_timeout)
+
+    def lease_all(self, names: Sequence[str], ttl: float, wait: float = 0, *,
+                  owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+                  progress_timeout: Optional[float] = None) -> "Lease":
+        """A scope on a set of names, all or none (``dlock_acquire_all``),
+        renewed with one ``dlock_renew_each`` per renewal."""
+        if isinstance(names, str):
+            raise TypeError("lease_all takes a sequence of names, not a string")
+        return Lease(self, "all", list(names), ttl, wait, owner, on_lost, progress_timeout)
+
+    def permit(self, base: str, permits: int, ttl: float, wait: float = 0, *,
+               owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+               progress_timeout: Optional[float] = None) -> "Lease":
+        """A scope on one of ``permits`` names ``base:1`` ... ``base:N``
+        (``dlock_acquire_any``): at most N holders at once.  The lease tells
+        the name it got (``lease.name``) and its slot (``lease.slot``)."""
+        if int(permits) < 1:
+            raise ValueError("permits must be at least 1")
+        names = [f"{base}:{i}" for i in range(1, int(permits) + 1)]
+        return Lease(self, "any", names, ttl, wait, owner, on_lost, progress_timeout)
+
+    def election(self, name: str, ttl: float, *, owner: Optional[str] = None) -> "Election":
+        """An :class:`Election` on ``name`` through this client."""
+        return Election(self, name, ttl, owner=owner)
+
+
+class _LostEvent(threading.Event):
+    """The lease's ``lost`` event: ``is_set()`` reads the clock first, so a
+    process paused past its deadline sees the loss before the renewal thread
+    has run."""
+
+    def __init__(self, state: Optional[LeaseState] = None):
+        super().__init__()
+        self._state = state
+
+    def is_set(self) -> bool:
+        st = self._state
+        if st is not None and not super().is_set() and st.active:
+            st.check_clock()
+        return super().is_set()
+
+    isSet = is_set
+
+
+class Lease:
+    """A lease scope (a context manager), from :meth:`Client.lease`,
+    :meth:`Client.lease_all`, :meth:`Client.permit` or :func:`dlock.lease`.
+
+    Inside the ``with`` block:
+
+    - ``name``, ``names``, ``token``, ``tokens``, ``slot`` (permits),
+      ``expires_at`` (the server's expiry of the last grant or renew);
+    - ``lost``: a ``threading.Event`` set at once when the lease is lost;
+    - ``check()`` raises :class:`LeaseLost` when it is lost;
+    - ``progress()`` reports progress (with ``progress_timeout``);
+    - ``fenced(conn, mode)`` runs a fenced transaction.
+
+    Leaving the block releases the lease; ``confirmed`` then tells whether
+    the release returned true.  The block ends with :class:`LeaseLost` when
+    the lease was lost (also when the body returned normally); an exception
+    of the body is re-raised as it is.
+    """
+
+    def __init__(self, client: Client, kind: str, names: Sequence[str], ttl: float, wait: Optional[float],
+                 owner: Optional[str], on_lost: Optional[OnLost], progress_timeout: Optional[float]):
+        self._client = client
+        self._kind = kind
+        self._asked = list(names)
+        self.ttl = _core.check_ttl(ttl)
+        self._forever = wait is None
+        self.wait = math.inf if wait is None else _core.check_wait(wait)
+        self.owner = owner
+        self._on_lost = on_lost
+        if progress_timeout is not None and not progress_timeout > 0:
+            raise ValueError("progress_timeout must be a positive number of seconds")
+        self.progress_timeout = progress_timeout
+        self._state: Optional[LeaseState] = None
+        self.lost: threading.Event = _LostEvent()
+        #: After the scope: True when the release returned true, else False.
+        self.confirmed: bool = False
+        self._released: Optional[bool] = None  # the release's outcome once done
+        self._entered = False
+
+    # -- what the body sees
+
+    @property
+    def _st(self) -> LeaseState:
+        if self._state is None:
+            raise DlockError("the lease scope has not been entered")
+        return self._state
+
+    @property
+    def name(self) -> str:
+        """The lock name (for a permit: the name it got; for a set: the first)."""
+        return self._st.names[0]
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        return self._st.names
+
+    @property
+    def token(self) -> int:
+        """The fencing token (for a set: the first name's)."""
+        return self._st.tokens[0]
+
+    @property
+    def tokens(self) -> Tuple[int, ...]:
+        return self._st.tokens
+
+    @property
+    def slot(self) -> Optional[int]:
+        """For a permit: its number, 1 ... N; None otherwise."""
+        if self._kind != "any":
+            return None
+        return int(self.name.rsplit(":", 1)[1])
+
+    @property
+    def expires_at(self) -> Optional[_dt.datetime]:
+        """The server's expiry of the last grant or renew (its clock at the end
+        of that call plus the ttl)."""
+        return self._st.expires_at
+
+    @property
+    def deadline(self) -> float:
+        """The local deadline on ``time.monotonic()``'s clock."""
+        return self._st.deadline
+
+    @property
+    def renewals(self) -> int:
+        """How many renews succeeded."""
+        return self._st.renewals
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """None, or why the lease was lost (see :class:`LeaseLost`)."""
+        st = self._state
+        return None if st is None else st.lost_reason
+
+    def check(self) -> None:
+        """Raises :class:`LeaseLost` when the lease is lost (reading the clock
+        first)."""
+        st = self._st
+        if st.active:
+            st.check_clock()
+        if st.lost_reason is not None:
+            raise st.error()
+
+    def progress(self) -> None:
+        """Reports progress: with ``progress_timeout``, the body must call it at
+        least that often, or the lease is lost (reason ``no-progress``).
+        Raises :class:`LeaseLost` when the lease is already lost."""
+        self.check()
+        self._st.last_progress = monotonic()
+
+    @contextlib.contextmanager
+    def fenced(self, conn: "psycopg.Connection[Any]", mode: str = "latest") -> Iterator["psycopg.Connection[Any]"]:
+        """A transaction on the application's connection ``conn`` that starts
+        with ``dlock_check(name, token, mode)`` (one per name of a set), so
+        every write in it is fenced.  A rejected check or write raises
+        :class:`StaleToken`; a lost lease raises :class:`LeaseLost` before the
+        transaction starts.  ``mode``: ``"latest"`` (default) or ``"live"``
+        (no takeover until the transaction commits)."""
+        self.check()
+        st = self._st
+        try:
+            with conn.transaction():
+                for n, t in zip(st.names, st.tokens):
+                    conn.execute(_core.SQL_CHECK, (n, t, mode))
+                yield conn
+        except psycopg.Error as exc:
+            err = _core.translate_stale(exc)
+            if err is exc:
+                raise
+            raise err from exc
+
+    def release(self) -> bool:
+        """Releases the lease now (the scope's end then does nothing more) and
+        returns whether the release was confirmed.  Raises :class:`LeaseLost`
+        when the lease had been lost."""
+        st = self._st
+        if self._released is None:
+            self._finish()
+        if st.lost_reason is not None:
+            raise st.error()
+        return self.confirmed
+
+    # -- the scope
+
+    def _signal(self, err: LeaseLost) -> None:
+        super(_LostEvent, self.lost).set()  # type: ignore[misc]
+        if self._on_lost is not None:
+            self._on_lost(err)
+
+    def __enter__(self) -> "Lease":
+        if self._entered:
+            raise DlockError("a lease scope can be entered once")
+        self._entered = True
+        c = self._client
+        c._ensure_loop()
+        got = c._acquire(self._kind, self._asked, self.ttl, self.wait, self.owner)
+        if got is None:
+            raise NotAcquired(self._asked if self._kind != "one" else self._asked[0], self.wait)
+        names, tokens, sent, expires = got
+        st = LeaseState(names, tokens, self.ttl, sent, expires, self._kind == "all", self.progress_timeout)
+        self._state = st
+        # The body starts only with two thirds of the ttl left.
+        tries = 0
+        while st.time_left() < self.ttl * 2 / 3 and st.lost_reason is None:
+            if tries == 2 or not c._renew_now(st):
+                lost = st.lost_reason
+                if st.deactivate():
+                    c._release(st)
+                if lost is not None:
+                    raise st.error()
+                raise NotAcquired(names, self.wait, f"{names!r}: the database took more than a third of "
+                                                    f"the ttl ({self.ttl:g} s) to answer; use a longer ttl")
+            tries += 1
+        self.lost = _LostEvent(st)
+        st.add_signal(self._signal)
+        c._register(st)
+        return self
+
+    def _finish(self) -> None:
+        st = self._st
+        c = self._client
+        if st.active:
+            st.check_clock()
+        live = st.deactivate()
+        c._unregister(st)
+        if not live:
+            self._released = False
+            self.confirmed = False
+            return
+        outcome = c._release(st)
+        self._released = outcome is not None
+        self.confirmed = outcome is True
+        if outcome is False:
+            with st._lock:
+                st.lost_reason = "released-false"
+
+    def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
+        st = self._state
+        if st is None:
+            return
+        if self._released is None:
+            self._finish()
+        if et is not None:
+            return  # the body's exception is re-raised as it is
+        if st.lost_reason is not None:
+            raise st.error()
+
+
+# ---- elections --------------------------------------------------------------
+
+
+class Election:
+    """Leader election on one lock name.
+
+    ``campaign()`` is a lease scope that waits until this candidate holds the
+    name; ``resign()`` releases it; ``leader()`` reads the current leader;
+    ``observe()`` yields each new leader.
+    """
+
+    def __init__(self, pool: Union[PoolLike, Client], name: str, ttl: float, *,
+                 owner: Optional[str] = None, poll_interval: float = 0.5):
+        self.client = pool if isinstance(pool, Client) else _shared_client(pool)
+        self.name = name
+        self.ttl = _core.check_ttl(ttl)
+        self.owner = owner
+        self.poll_interval = poll_interval
+        self._lease: Optional[Lease] = None
+
+    def campaign(self, wait: Optional[float] = None, *, on_lost: Optional[OnLost] = None,
+                 progress_timeout: Optional[float] = None) -> Lease:
+        """A lease scope entered once this candidate is the leader (waiting up
+        to ``wait`` seconds, for ever when None; :class:`NotAcquired` after)."""
+        self._lease = Lease(self.client, "one", [self.name], self.ttl, wait, self.owner, on_lost,
+                            progress_timeout)
+        return self._lease
+
+    def resign(self) -> bool:
+        """Releases the leadership held by :meth:`campaign`'s scope; returns
+        whether the release was confirmed (False when not leading)."""
+        lease = self._lease
+        if lease is None or lease._state is None or lease._released is not None:
+            return False
+        return lease.release()
+
+    def leader(self) -> Optional[Leader]:
+        """The current leader (its owner label and token), or None."""
+        with self.client._conn(False, self.client.connect_timeout) as conn:
+            row = self.client._query(conn, _core.SQL_LEADER, (self.name,), self.client.connect_timeout)
+        return None if row is None else Leader(row[0], row[1])
+
+    def observe(self, *, poll_interval: Optional[float] = None, listen: bool = True) -> "Observer":
+        """An iterator of each new :class:`Leader` (the current one first),
+        once per token, in token order.  Follows dlock's NOTIFY events when
+        they reach this connection (``listen=True``), polls ``dlock_leases``
+        every ``poll_interval`` seconds otherwise."""
+        return Observer(self, poll_interval or self.poll_interval, listen)
+
+
+class Observer:
+    """Iterates over the leaders of an election (see :meth:`Election.observe`).
+
+    ``mode`` is ``"events"`` or ``"polling"`` once connected; ``next(timeout)``
+    returns the next leader or None after ``timeout`` seconds; ``close()``
+    closes its connections (also a context manager)."""
+
+    #: In events mode, the view is also read this often (seconds).
+    safety_interval = 30.0
+    #: How long the self-sent probe notification may take to arrive.
+    probe_timeout = 1.0
+
+    def __init__(self, election: Election, poll_interval: float, listen: bool):
+        self._e = election
+        self.poll_interval = poll_interval
+        self._want_events = listen
+        self.mode: Optional[str] = None
+        self._listen: Optional[psycopg.Connection[Any]] = None
+        self._query_conn: Optional[psycopg.Connection[Any]] = None
+        self._pending: Deque[Leader] = deque()
+        self._last_token = 0
+        self._notifier: Optional[int] = None
+        self._next_read = 0.0
+        self.reconnections = 0
+        self._closed = False
+
+    def __iter__(self) -> "Observer":
+        return self
+
+    def __next__(self) -> Leader:
+        while True:
+            got = self.next(None)
+            if got is not None:
+                return got
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._closed = True
+        self._drop()
+
+    def _drop(self) -> None:
+        for c in (self._listen, self._query_conn):
+            if c is not None:
+                try:
+                    c.close()
+                except Exception:
+                    pass
+        self._listen = self._query_conn = None
+        self._notifier = None
+
+    def _connect(self) -> None:
+        client = self._e.client
+        self._query_conn = client._direct(client.connect_timeout)
+        self.mode = "polling"
+        if self._want_events:
+            on = self._query_conn.execute("SELECT current_setting('dlock.notify', true)").fetchone()
+            if on is not None and on[0] == "on":
+                listen = client._direct(client.connect_timeout)
+                self._listen = listen
+                probe = f"dlock_probe_{listen.info.backend_pid}_{id(self)}"
+                listen.execute("LISTEN dlock")
+                listen.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(probe)))
+                self._query_conn.execute("SELECT pg_notify(%s, 'probe')", (probe,))
+                end = monotonic() + self.probe_timeout
+                arrived = False
+                while not arrived and monotonic() < end:
+                    for n in self._receive(end - monotonic()):
+                        if n[0] == probe:
+                            arrived = True
+                        else:
+                            self._handle(n)
+                listen.execute(psycopg.sql.SQL("UNLISTEN {}").format(psycopg.sql.Identifier(probe)))
+                if arrived:
+                    self.mode = "events"
+                else:
+                    listen.close()
+                    self._listen = None
+        self._read_view(None)
+
+    def _receive(self, timeout: float) -> List[Tuple[str, str, int]]:
+        """Notifications that arrive on the listening connection within timeout."""
+        listen = self._listen
+        assert listen is not None
+        out: List[Tuple[str, str, int]] = []
+        pgconn = listen.pgconn
+        n = pgconn.notifies()
+        while n is not None:
+            out.append((n.relname.decode(), n.extra.decode(), n.be_pid))
+            n = pgconn.notifies()
+        if out:
+            return out
+        r, _, _ = select.select([listen.fileno()], [], [], max(0.0, timeout))
+        if r:
+            pgconn.consume_input()
+            if pgconn.status != pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the listening connection was lost")
+            n = pgconn.notifies()
+            while n is not None:
+                out.append((n.relname.decode(), n.extra.decode(), n.be_pid))
+                n = pgconn.notifies()
+        return out
+
+    def _notifier_pid(self) -> Optional[int]:
+        assert self._query_conn is not None
+        row = self._query_conn.execute(_core.SQL_NOTIFIER).fetchone()
+        return None if row is None else row[0]
+
+    def _handle(self, n: Tuple[str, str, int]) -> None:
+        import json
+
+        channel, payload, pid = n
+        if channel != "dlock":
+            return
+        if pid != self._notifier:  # the listener's rule
+            self._notifier = self._notifier_pid()
+            if pid != self._notifier:
+                return
+        try:
+            ev = json.loads(payload)
+        except ValueError:
+            return
+        kind = ev.get("event")
+        if kind == "notifier_exit":
+            self._notifier = None
+            self._read_view(None)
+        elif kind == "overflow":
+            self._read_view(None)
+        elif ev.get("lock_name") == self._e.name and isinstance(ev.get("token"), int):
+            if kind in ("acquired", "taken_over") and ev["token"] > self._last_token:
+                self._read_view(ev["token"])
+
+    def _read_view(self, event_token: Optional[int]) -> None:
+        assert self._query_conn is not None
+        row = self._query_conn.execute(_core.SQL_LEASE_ROW, (self._e.name,)).fetchone()
+        self._next_read = monotonic() + (self.safety_interval if self.mode == "events" else self.poll_interval)
+        if row is None:
+            return
+        owner, token, live = row
+        if token > self._last_token and (live or token == event_token):
+            self._last_token = token
+            self._pending.append(Leader(owner, token))
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Leader]:
+        """The next new leader, or None when none came within ``timeout``
+        seconds (None: wait for ever)."""
+        end = math.inf if timeout is None else monotonic() + timeout
+        backoff = 0.1
+        while not self._closed:
+            if self._pending:
+                return self._pending.popleft()
+            now = monotonic()
+            if now >= end:
+                return None
+            try:
+                if self._query_conn is None:
+                    self._connect()
+                    continue
+                wait = max(0.0, min(end, self._next_read) - now)
+                if self.mode == "events":
+                    for n in self._receive(wait):
+                        self._handle(n)
+                else:
+                    time.sleep(wait)
+                if monotonic() >= self._next_read:
+                    self._read_view(None)
+                backoff = 0.1
+            except (psycopg.Error, OSError):
+                self._drop()
+                self.reconnections += 1
+                time.sleep(min(backoff, max(0.0, end - monotonic())))
+                backoff = min(1.0, backoff * 2)
+        return None
+
+
+# ---- module-level functions ---------------------------------------------------------
+
+_shared: Dict[Any, Client] = {}
+_shared_lock = threading.Lock()
+
+
+def _shared_client(pool: PoolLike) -> Client:
+    key = pool if isinstance(pool, str) else id(pool)
+    with _shared_lock:
+        c = _shared.get(key)
+        if c is None or c._closed:
+            c = _shared[key] = Client(pool)
+        return c
+
+
+def lease(pool: PoolLike, name: str, ttl: float, wait: float = 0, *, owner: Optional[str] = None,
+          on_lost: Optional[OnLost] = None, progress_timeout: Optional[float] = None) -> Lease:
+    """``with dlock.lease(pool, "report", ttl=30, wait=5) as lease:``: a lease
+    scope on ``name`` through the shared client of ``pool`` (a
+    ``psycopg_pool.ConnectionPool`` or a conninfo string).  See
+    :meth:`Client.lease`."""
+    return _shared_client(pool).lease(name, ttl, wait, owner=owner, on_lost=on_lost,
+                                      progress_timeout=progress_timeout)
+
+
+def lease_all(pool: PoolLike, names: Sequence[str], ttl: float, wait: float = 0, *,
+              owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+              progress_timeout: Optional[float] = None) -> Lease:
+    """A scope on a set of names, all or none.  See :meth:`Client.lease_all`."""
+    return _shared_client(pool).lease_all(names, ttl, wait, owner=owner, on_lost=on_lost,
+                                          progress_timeout=progress_timeout)
+
+
+def permit(pool: PoolLike, base: str, permits: int, ttl: float, wait: float = 0, *,
+           owner: Optional[str] = None, on_lost: Optional[OnLost] = None,
+           progress_timeout: Optional[float] = None) -> Lease:
+    """A scope on one of ``permits`` permits ``base:1`` ... ``base:N``.  See
+    :meth:`Client.permit`."""
+    return _shared_client(pool).permit(base, permits, ttl, wait, owner=owner, on_lost=on_lost,
+                                       progress_timeout=progress_timeout)

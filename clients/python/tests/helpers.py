@@ -1,0 +1,35 @@
+"""Small helpers of the suite."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from typing import Any, Dict, List, Optional
+
+
+def read_event(proc: subprocess.Popen, timeout: float, want: Optional[str] = None) -> Dict[str, Any]:
+    """The next JSON line of a child (the next with event ``want``), within timeout."""
+    import select
+
+    end = time.monotonic() + timeout
+    assert proc.stdout is not None
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"child {proc.args} printed no {want or 'line'} within {timeout} s")
+        r, _, _ = select.select([proc.stdout], [], [], left)
+        if not r:
+            continue
+        line = proc.stdout.readline()
+        if not line:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(f"child {proc.args} ended without {want or 'a line'}: {err}")
+        ev = json.loads(line)
+        if want is None or ev.get("event") == want:
+            return ev
+
+
+def lease_row(cluster: Any, name: str) -> Optional[tuple]:
+    rows = cluster.sql("SELECT token, live, released, owner FROM dlock_leases WHERE lock_name = %s", (name,))
+    return rows[0] if rows else None

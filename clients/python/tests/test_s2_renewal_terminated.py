@@ -1,0 +1,39 @@
+"""Scenario 2, renewal connection terminated: pg_terminate_backend on the
+renewal connection's backend; the lease survives with its token and keeps
+being renewed."""
+
+from __future__ import annotations
+
+import time
+
+import dlock
+from helpers import lease_row
+from pgcluster import wait_for
+
+
+def check_terminated(cluster, name: str) -> None:
+    ttl = 1.5
+    with dlock.Client(cluster.conninfo) as client, client.lease(name, ttl=ttl) as lease:
+        token = lease.token
+        wait_for(lambda: lease.renewals >= 1 and client.renewal_pid, 5, "the first renewal")
+        pid = client.renewal_pid
+        app = cluster.one("SELECT application_name FROM pg_stat_activity WHERE pid = %s", (pid,))
+        assert app == "dlock renewal"
+        assert cluster.one("SELECT pg_terminate_backend(%s)", (pid,)) is True
+        killed_at = time.monotonic()
+        before = lease.renewals
+        # Past one more ttl after the kill, renewed again on a new connection.
+        wait_for(lambda: time.monotonic() > killed_at + ttl * 1.2 and lease.renewals >= before + 2,
+                 10, "renewals after the termination")
+        lease.check()
+        assert not lease.lost.is_set()
+        assert lease.token == token
+        assert client.renewal_pid not in (None, pid)
+        row = lease_row(cluster, name)
+        assert row[0] == token and row[1] is True, row
+    assert lease.confirmed is True
+    assert lease_row(cluster, name)[2] is True  # released
+
+
+def test_s2_renewal_connection_terminated(cluster):
+    check_terminated(cluster, "s2-terminated")

@@ -1,0 +1,164 @@
+"""Scenario 7, leaving the body: an exception in the body releases the
+lease (and is re-raised); cancelling the body releases it; a body that stops
+reporting progress loses the lease at its progress deadline, and another
+process takes it over.  Synchronous and asyncio variants (their loss
+signalling and cancellation differ)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import dlock
+import dlock.aio
+from helpers import lease_row, read_event
+
+
+class BodyError(Exception):
+    pass
+
+
+def test_s7_exception_releases_sync(cluster):
+    with dlock.Client(cluster.conninfo) as client:
+        lease = client.lease("s7-exc-sync", ttl=2)
+        with pytest.raises(BodyError):
+            with lease:
+                assert lease_row(cluster, "s7-exc-sync")[1] is True
+                raise BodyError("boom")
+        assert lease.confirmed is True
+        token, live, released, _ = lease_row(cluster, "s7-exc-sync")
+        assert (token, live, released) == (lease.token, False, True)
+
+
+def test_s7_cancel_releases_sync(cluster):
+    # A synchronous body is cancelled by an exception thrown into it, as
+    # Ctrl-C does (KeyboardInterrupt): released, and it propagates.
+    with dlock.Client(cluster.conninfo) as client:
+        lease = client.lease("s7-cancel-sync", ttl=2)
+        with pytest.raises(KeyboardInterrupt):
+            with lease:
+                raise KeyboardInterrupt
+        assert lease.confirmed is True
+        assert lease_row(cluster, "s7-cancel-sync")[2] is True
+
+
+def check_progress_sync(cluster, children, name: str) -> None:
+    lost_calls = []
+    with dlock.Client(cluster.conninfo) as client:
+        lease = client.lease(name, ttl=2, progress_timeout=0.6, on_lost=lost_calls.append)
+        with pytest.raises(dlock.LeaseLost) as info:
+            with lease:
+                for _ in range(4):  # progress reported for a while: still held
+                    time.sleep(0.25)
+                    lease.progress()
+                last = time.monotonic()
+                assert lease.lost.wait(5), "the lease was not lost at its progress deadline"
+                told = time.monotonic() - last
+                assert 0.55 <= told <= 1.5, told
+                with pytest.raises(dlock.LeaseLost):
+                    lease.check()
+                assert len(lost_calls) == 1 and lost_calls[0].reason == "no-progress"
+                assert lost_calls[0].__class__ is dlock.LeaseLost
+        assert info.value.reason == "no-progress"
+        assert lease.confirmed is False
+        # Not released: the lease ends at its server expiry, and another process takes it over.
+        assert lease_row(cluster, name)[2] is False
+        child = children.spawn("child_acquire.py", cluster.conninfo, name, "2", "10")
+        ev = read_event(child, 15)
+        assert ev["event"] == "acquired" and ev["token"] > lease.token
+
+
+def test_s7_progress_deadline_sync(cluster, children):
+    check_progress_sync(cluster, children, "s7-progress-sync")
+
+
+def test_s7_exception_and_cancel_async(cluster):
+    async def main():
+        async with dlock.aio.Client(cluster.conninfo) as client:
+            lease = client.lease("s7-exc-async", ttl=2)
+            with pytest.raises(BodyError):
+                async with lease:
+                    raise BodyError("boom")
+            assert lease.confirmed is True
+            assert lease_row(cluster, "s7-exc-async")[2] is True
+
+            entered = asyncio.Event()
+            lease2 = client.lease("s7-cancel-async", ttl=2)
+
+            async def body():
+                async with lease2:
+                    entered.set()
+                    await asyncio.sleep(30)
+
+            task = asyncio.create_task(body())
+            await entered.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task  # the caller's own cancel propagates, after the release
+            assert lease2.confirmed is True
+            assert lease_row(cluster, "s7-cancel-async")[2] is True
+
+    asyncio.run(main())
+
+
+def check_progress_async(cluster, children, name: str) -> None:
+    async def main():
+        async with dlock.aio.Client(cluster.conninfo) as client:
+            lease = client.lease(name, ttl=2, progress_timeout=0.6)
+            reached = []
+            with pytest.raises(dlock.LeaseLost) as info:
+                async with lease:
+                    for _ in range(4):
+                        await asyncio.sleep(0.25)
+                        lease.progress()
+                    last = time.monotonic()
+                    try:
+                        await asyncio.sleep(5)  # stuck: cancelled at the progress deadline
+                    finally:
+                        reached.append(time.monotonic() - last)
+                    reached.append("not cancelled")
+            assert len(reached) == 1 and 0.55 <= reached[0] <= 1.5, reached
+            assert info.value.reason == "no-progress"
+            assert lease.lost.is_set()
+            assert asyncio.current_task().cancelling() == 0
+            return lease.token
+
+    token = asyncio.run(main())
+    assert lease_row(cluster, name)[2] is False
+    child = children.spawn("child_acquire.py", cluster.conninfo, name, "2", "10")
+    ev = read_event(child, 15)
+    assert ev["event"] == "acquired" and ev["token"] > token
+
+
+def test_s7_progress_deadline_async(cluster, children):
+    check_progress_async(cluster, children, "s7-progress-async")
+
+
+def test_s7_outer_cancel_of_lost_lease_async(cluster):
+    """A caller's cancel that comes with a loss still propagates as CancelledError."""
+    async def main():
+        async with dlock.aio.Client(cluster.conninfo) as client:
+            lease = client.lease("s7-outer-async", ttl=2, progress_timeout=0.3)
+            started = asyncio.Event()
+
+            async def body():
+                async with lease:
+                    started.set()
+                    await asyncio.sleep(0.1)
+                    try:
+                        await asyncio.sleep(5)
+                    except asyncio.CancelledError:
+                        # lost (no progress); now the caller cancels too
+                        asyncio.current_task().cancel()
+                        raise
+
+            task = asyncio.create_task(body())
+            await started.wait()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert lease.lost_reason == "no-progress"
+
+    asyncio.run(main())
