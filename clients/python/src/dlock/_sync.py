@@ -225,10 +225,14 @@ class Client:
                     sent = monotonic()
                     row = self._query(conn, query, params, bound)
             except (psycopg.Error, OSError) as exc:
-                if not (wait > 0 and _retryable(exc) and monotonic() < end):
+                # A pooled connection may be stale (the server restarted): one
+                # more try on a new connection; a waiting acquire retries until
+                # its wait runs out.
+                if not (_retryable(exc) and (not fresh or (wait > 0 and monotonic() < end))):
                     raise
+                if fresh:
+                    time.sleep(min(backoff, max(0.0, end - monotonic())))
                 fresh = True
-                time.sleep(min(backoff, max(0.0, end - monotonic())))
                 backoff = min(1.0, backoff * 2)
                 continue
             if kind == "any":
@@ -241,20 +245,22 @@ class Client:
                 return None
 
     def _renew_now(self, state: LeaseState) -> bool:
-        """One renew on the caller's thread (the two-thirds rule)."""
+        """One renew before the body starts (the two-thirds rule).  The lease
+        was granted at some moment of the acquire, possibly long after it was
+        sent (a waiting acquire), so the deadline counted from the send may
+        have passed while the lease is live: this renew is bounded by half
+        the ttl and judged by its own send time."""
         query, params = _core.renew_params(state)
-        bound = state.time_left() / 2
-        if bound <= 0:
-            return False
+        bound = state.ttl / 2
         with self._conn(False, bound) as conn:
             sent = monotonic()
             row = self._query(conn, query, params, bound)
-        if state.check_clock() or row is None:
+        if row is None or monotonic() >= sent + state.ttl:
             return False
         if _core.all_true(row[0]):
             state.renewed(sent, row[1])
             return True
-        state.lose("renewed-false")
+        state.lost_reason = "renewed-false"
         return False
 
     def _release(self, state: LeaseState) -> Optional[bool]:

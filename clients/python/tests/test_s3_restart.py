@@ -1,0 +1,62 @@
+"""Scenario 3, server restart and outage: a restart shorter than the ttl
+(well within two thirds of it): the lease survives; a server down past the
+ttl: the lease is reported lost no later than its deadline (plus
+scheduling slack)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import dlock
+from helpers import lease_row
+from pgcluster import Cluster, wait_for
+
+
+@pytest.fixture
+def restarting():
+    c = Cluster("restart")
+    try:
+        c.init().start().create_extension()
+        yield c
+    finally:
+        c.kill()
+
+
+def test_s3_restart_and_outage(restarting):
+    c = restarting
+    with dlock.Client(c.conninfo) as client:
+        # A restart: the lease (ttl 6 s) survives it, renewed on a new connection.
+        with client.lease("s3-restart", ttl=6) as lease:
+            token = lease.token
+            wait_for(lambda: lease.renewals >= 1, 10, "the first renewal")
+            old_pid = client.renewal_pid
+            t0 = time.monotonic()
+            c.restart()
+            took = time.monotonic() - t0
+            assert took < 4, f"the restart took {took:.1f} s, more than two thirds of the ttl"
+            before = lease.renewals
+            wait_for(lambda: lease.renewals > before, 10, "a renewal after the restart")
+            lease.check()
+            assert lease.token == token and client.renewal_pid != old_pid
+            row = lease_row(c, "s3-restart")
+            assert row[0] == token and row[1] is True
+        assert lease.confirmed is True
+
+        # An outage past the ttl: lost at the deadline, not later (nor sooner).
+        lost_at = []
+        lease = client.lease("s3-outage", ttl=2, on_lost=lambda e: lost_at.append((time.monotonic(), e)))
+        with pytest.raises(dlock.LeaseLost) as info:
+            with lease:
+                wait_for(lambda: lease.renewals >= 1, 5, "the first renewal")
+                c.stop("fast")
+                stopped = time.monotonic()
+                assert lease.lost.wait(5), "the lease was not reported lost"
+                when, err = lost_at[0]
+                assert err.reason == "deadline"
+                assert when >= lease.deadline, "reported lost before its deadline"
+                assert when <= lease.deadline + 0.5, f"reported lost {when - lease.deadline:.2f} s after its deadline"
+                assert lease.deadline - stopped <= 2.0
+        assert info.value.reason == "deadline"
+        assert lease.confirmed is False
