@@ -1,0 +1,105 @@
+#!/usr/bin/env node
+// The Node client's bench (bench/workloads/86-client-node.sh): prints
+// "key value" lines.
+//
+//   cycle:   one acquire + release through the client (Dlock on a pg.Pool
+//            of one connection) against the same two SQL calls
+//            (dlock_acquire, dlock_release) on one pg.Client, on random
+//            names, in alternating rounds; per-cycle µs (medians) and the
+//            ratio client / SQL.
+//   renewal: single leases and one set held with a short ttl; the
+//            dlock_renew and dlock_renew_each calls the server counted
+//            (pg_stat_user_functions, track_functions = all in the
+//            renewal sessions) per renewal the leases made.
+// The connection comes from the PG* environment variables.
+import pg from 'pg';
+import { Dlock } from '../src/index.js';
+
+const args = Object.fromEntries(process.argv.slice(2).map((a) => a.replace(/^--/, '').split('=')));
+const rounds = Number(args.rounds || 5);
+const cycles = Number(args.cycles || 2000);
+const names = 100000;
+const out = (k, v) => process.stdout.write(`${k} ${v}\n`);
+const rnd = () => `bench:node:${1 + Math.floor(Math.random() * names)}`;
+const median = (xs) => { const s = [...xs].sort((a, b) => a - b); const n = s.length; return n % 2 ? s[(n - 1) / 2] : (s[n / 2 - 1] + s[n / 2]) / 2; };
+
+const pool = new pg.Pool({ max: 1 });
+const d = new Dlock(pool);
+const raw = new pg.Client();
+await raw.connect();
+
+async function clientSide(n) {
+  const t = performance.now();
+  for (let i = 0; i < n; i++) {
+    const lease = await d.acquire(rnd(), { ttl: 30 });
+    await lease.release();
+  }
+  return ((performance.now() - t) * 1000) / n;
+}
+
+async function sqlSide(n) {
+  const t = performance.now();
+  for (let i = 0; i < n; i++) {
+    const name = rnd();
+    const r = await raw.query("SELECT dlock_acquire($1, '30 s') AS token", [name]);
+    if (r.rows[0].token !== null) await raw.query('SELECT dlock_release($1, $2)', [name, r.rows[0].token]);
+  }
+  return ((performance.now() - t) * 1000) / n;
+}
+
+// Warm-up, then alternating rounds (A B, B A, ...).
+await clientSide(200);
+await sqlSide(200);
+const c = [];
+const s = [];
+for (let i = 0; i < rounds; i++) {
+  if (i % 2 === 0) { c.push(await clientSide(cycles)); s.push(await sqlSide(cycles)); } else { s.push(await sqlSide(cycles)); c.push(await clientSide(cycles)); }
+}
+out('cycles_per_round', cycles);
+out('rounds', rounds);
+out('client_us', median(c).toFixed(1));
+out('client_min', Math.min(...c).toFixed(1));
+out('client_max', Math.max(...c).toFixed(1));
+out('sql_us', median(s).toFixed(1));
+out('sql_min', Math.min(...s).toFixed(1));
+out('sql_max', Math.max(...s).toFixed(1));
+out('ratio', (median(c) / median(s)).toFixed(3));
+const rs = c.map((x, i) => x / s[i]);
+out('ratio_min', Math.min(...rs).toFixed(3));
+out('ratio_max', Math.max(...rs).toFixed(3));
+
+// Renewal: what it costs in statements.
+const calls = async () => {
+  const r = await raw.query(`SELECT funcname, calls FROM pg_stat_user_functions WHERE funcname IN ('dlock_renew', 'dlock_renew_each')`);
+  const m = { dlock_renew: 0, dlock_renew_each: 0 };
+  for (const row of r.rows) m[row.funcname] = Number(row.calls);
+  return m;
+};
+await raw.query('SELECT pg_stat_clear_snapshot()');
+const before = await calls();
+const rd = new Dlock(''); // from the environment; PGOPTIONS sets track_functions = all
+const singles = await Promise.all([1, 2, 3, 4, 5].map((i) => rd.acquire(`bench:node:renew:${i}`, { ttl: 1.5 })));
+const set = await rd.acquireAll(Array.from({ length: 10 }, (_, i) => `bench:node:set:${i}`), { ttl: 1.5 });
+await new Promise((r) => setTimeout(r, 3200));
+for (const l of [...singles, set]) await l.release();
+const singleRenewals = singles.reduce((a, l) => a + l.renewals, 0);
+const setRenewals = set.renewals;
+// The renewal backend reports its counts when it exits (it closed with the last release).
+let after;
+const end = performance.now() + 15000;
+for (;;) {
+  await raw.query('SELECT pg_stat_clear_snapshot()');
+  after = await calls();
+  if ((after.dlock_renew - before.dlock_renew >= singleRenewals && after.dlock_renew_each - before.dlock_renew_each >= setRenewals) || performance.now() > end) break;
+  await new Promise((r) => setTimeout(r, 100));
+}
+out('single_leases', singles.length);
+out('single_renewals', singleRenewals);
+out('renew_calls', after.dlock_renew - before.dlock_renew);
+out('renew_per_lease_renewal', ((after.dlock_renew - before.dlock_renew) / singleRenewals).toFixed(2));
+out('set_names', set.names.length);
+out('set_renewals', setRenewals);
+out('renew_each_calls', after.dlock_renew_each - before.dlock_renew_each);
+out('renew_each_per_set_renewal', ((after.dlock_renew_each - before.dlock_renew_each) / setRenewals).toFixed(2));
+await raw.end();
+await pool.end();
