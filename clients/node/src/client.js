@@ -10,10 +10,13 @@ import { Lease } from './lease.js';
 
 const now = () => performance.now();
 
-const ACQUIRE_ONE = `SELECT x.token, clock_timestamp() AS at
-  FROM (SELECT dlock_acquire($1::text, make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS token OFFSET 0) x`;
-const ACQUIRE_ALL = `SELECT x.tokens, clock_timestamp() AS at
-  FROM (SELECT dlock_acquire_all($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS tokens OFFSET 0) x`;
+// The target list is evaluated in order: clock_timestamp() reads the
+// server's clock just after the grant (the lease's expires_at is the grant
+// time plus ttl), so expiresAt is that reading plus ttl.
+const ACQUIRE_ONE = `SELECT dlock_acquire($1::text, make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS token,
+  clock_timestamp() AS at`;
+const ACQUIRE_ALL = `SELECT dlock_acquire_all($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS tokens,
+  clock_timestamp() AS at`;
 const ACQUIRE_ANY = `SELECT x.lock_name, x.token, clock_timestamp() AS at
   FROM (SELECT * FROM dlock_acquire_any($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) OFFSET 0) x`;
 
@@ -129,7 +132,7 @@ export class Dlock {
       await lease.release().catch(() => {});
       throw signal.reason;
     }
-    lease._start(signal);
+    lease._start();
     // The body starts with at least two thirds of the ttl left.
     if (now() - sentAt > (ttl * 1000) / 3) await lease._renewNow();
     return lease;
@@ -208,6 +211,8 @@ export class Dlock {
 async function scope(acquireFn, opts, fn) {
   if (typeof fn !== 'function') throw new TypeError('the body must be a function');
   const lease = await acquireFn();
+  // Cancelling the scope aborts the body's signal (the lease stays held until the body settles).
+  if (opts.signal) lease._link(opts.signal);
   const body = Promise.resolve().then(() => fn(lease));
   body.catch(() => {});
   let outcome;

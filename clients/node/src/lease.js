@@ -1,16 +1,15 @@
 // A held lease (one name, a set of names, or a permit): its deadline on the
 // monotonic clock, its background renewal, its loss, its release and its
 // fenced transactions.
-import { LeaseLost, mapStale } from './errors.js';
+import { DlockError, LeaseLost, mapStale } from './errors.js';
 import { isConnectionError, timedQuery } from './connect.js';
 import { mutation } from './testing.js';
 
 const now = () => performance.now();
 
-const RENEW_ONE = `SELECT x.ok, clock_timestamp() AS at
-  FROM (SELECT dlock_renew($1::text, $2::bigint, make_interval(secs => $3::float8)) AS ok OFFSET 0) x`;
-const RENEW_EACH = `SELECT x.ok, clock_timestamp() AS at
-  FROM (SELECT dlock_renew_each($1::text[], $2::bigint[], make_interval(secs => $3::float8)) AS ok OFFSET 0) x`;
+// clock_timestamp() after the call (the target list is evaluated in order).
+const RENEW_ONE = 'SELECT dlock_renew($1::text, $2::bigint, make_interval(secs => $3::float8)) AS ok, clock_timestamp() AS at';
+const RENEW_EACH = 'SELECT dlock_renew_each($1::text[], $2::bigint[], make_interval(secs => $3::float8)) AS ok, clock_timestamp() AS at';
 const RELEASE_ONE = 'SELECT dlock_release($1::text, $2::bigint) AS ok';
 const RELEASE_EACH = 'SELECT dlock_release_each($1::text[], $2::bigint[]) AS ok';
 
@@ -36,14 +35,14 @@ export async function fencedTransaction(client, pairs, fn, opts = {}) {
   // A pool: one of its connections for the transaction.
   if (typeof client.connect === 'function' && typeof client.release !== 'function' && 'totalCount' in client) {
     const c = await client.connect();
-    let broken = false;
     try {
-      return await fencedTransaction(c, pairs, fn, opts);
+      const result = await fencedTransaction(c, pairs, fn, opts);
+      c.release();
+      return result;
     } catch (err) {
-      broken = !err || isConnectionError(err) && !(err instanceof LeaseLost) && err.code === undefined;
+      // A connection that failed is destroyed, not given back to the pool.
+      c.release(err instanceof Error && !(err instanceof DlockError) && isConnectionError(err) ? err : undefined);
       throw err;
-    } finally {
-      c.release(broken || undefined);
     }
   }
   await client.query('BEGIN');
@@ -167,18 +166,20 @@ export class Lease {
 
   // ---- renewal -----------------------------------------------------------
 
-  _start(callerSignal) {
+  /** @internal a scope's caller signal: its abort aborts this lease's signal */
+  _link(callerSignal) {
+    const onAbort = () => {
+      if (!this.signal.aborted) this._controller.abort(callerSignal.reason);
+    };
+    if (callerSignal.aborted) onAbort();
+    else callerSignal.addEventListener('abort', onAbort, { once: true });
+    this._unlinkCaller = () => callerSignal.removeEventListener('abort', onAbort);
+  }
+
+  _start() {
     this._dlock._renewal.hold();
     this._armDeadline();
     if (this._progressMs) this._armProgress();
-    if (callerSignal) {
-      const onAbort = () => {
-        if (!this.signal.aborted) this._controller.abort(callerSignal.reason);
-      };
-      if (callerSignal.aborted) onAbort();
-      else callerSignal.addEventListener('abort', onAbort, { once: true });
-      this._unlinkCaller = () => callerSignal.removeEventListener('abort', onAbort);
-    }
     this._loop().catch((err) => {
       // Never expected: the loop handles its errors. Treat as a loss at the deadline.
       this.lastError = err;

@@ -17,6 +17,7 @@ test('s5 election: the leader is killed, the other takes over with a greater tok
   const seen = { events: [], polling: [] };
   const collect = async (obs, into) => { for await (const l of obs) into.push(l); };
   const done = [collect(byEvents, seen.events), collect(byPolling, seen.polling)];
+  try {
   await waitFor(() => byEvents.mode && byPolling.mode, 5000, 'the observers to start');
   assert.equal(byEvents.mode, 'listen', 'dlock.notify is on: events are followed');
   assert.equal(byPolling.mode, 'poll');
@@ -37,7 +38,9 @@ test('s5 election: the leader is killed, the other takes over with a greater tok
   assert.deepEqual(got(seen.events), want, 'the event observer saw both, once each, in token order');
   assert.deepEqual(got(seen.polling), want, 'the polling observer saw both, once each, in token order');
   assert.equal((await e.leader()).owner, 'candidate-b');
-  ac.abort();
-  await Promise.all(done);
-  d.close();
+  } finally {
+    ac.abort();
+    await Promise.all(done);
+    d.close();
+  }
 });

@@ -40,6 +40,7 @@ test('s6 pgbouncer in transaction mode: renewals, a confirmed release, a fenced 
   const obs = e.observe({ signal: ac.signal, pollInterval: 0.2 });
   const seen = [];
   const loop = (async () => { for await (const l of obs) seen.push(l); })();
+  onCleanup(() => ac.abort());
   await waitFor(() => obs.mode, 8000, 'the observer to start');
   assert.equal(obs.mode, 'poll', 'the observer falls back to polling');
   const lease = await e.campaign({ wait: 5 });
