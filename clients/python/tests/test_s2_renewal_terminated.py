@@ -15,7 +15,7 @@ def check_terminated(cluster, name: str) -> None:
     ttl = 1.5
     with dlock.Client(cluster.conninfo) as client, client.lease(name, ttl=ttl) as lease:
         token = lease.token
-        wait_for(lambda: lease.renewals >= 1 and client.renewal_pid, 5, "the first renewal")
+        wait_for(lambda: lease.renewals >= 1 and client.renewal_pid, 2, "the first renewal")
         pid = client.renewal_pid
         app = cluster.one("SELECT application_name FROM pg_stat_activity WHERE pid = %s", (pid,))
         assert app == "dlock renewal"

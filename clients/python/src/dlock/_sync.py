@@ -344,9 +344,12 @@ class _LostEvent(threading.Event):
 
     def is_set(self) -> bool:
         st = self._state
-        if st is not None and not super().is_set() and st.active:
-            st.check_clock()
-        return super().is_set()
+        if st is not None and not super().is_set():
+            if st.active:
+                st.check_clock()
+            # Lost, also while the renewal thread is still setting the event.
+            return st.lost_reason is not None and st.lost_reason != "released-false"
+        return True
 
     isSet = is_set
 
