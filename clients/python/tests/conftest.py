@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any, Iterator, List
 
 import pytest
@@ -17,6 +18,64 @@ if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
 import pgcluster  # noqa: E402
+
+
+class Background:
+    """Clusters made in background threads while the first scenarios run
+    (their setup is mostly waiting for servers), for the scenarios that stop
+    or restart a server of their own."""
+
+    def __init__(self) -> None:
+        self.results: dict = {}
+        self.threads: dict = {}
+        self.made: List[pgcluster.Cluster] = []
+
+    def start(self, key: str, fn: Any) -> None:
+        def run() -> None:
+            try:
+                self.results[key] = (True, fn(self))
+            except BaseException as e:  # reported by get()
+                self.results[key] = (False, e)
+
+        t = threading.Thread(target=run, name=f"make {key}", daemon=True)
+        self.threads[key] = t
+        t.start()
+
+    def get(self, key: str, timeout: float = 120) -> Any:
+        self.threads[key].join(timeout)
+        ok, value = self.results.get(key, (False, AssertionError(f"{key} not ready in {timeout} s")))
+        if not ok:
+            raise value
+        return value
+
+    def cluster(self, name: str) -> pgcluster.Cluster:
+        c = pgcluster.Cluster(name)
+        self.made.append(c)
+        return c
+
+
+def _make_restart(bg: Background) -> pgcluster.Cluster:
+    return bg.cluster("restart").init().start().create_extension()
+
+
+def _make_switchover(bg: Background) -> Any:
+    primary = bg.cluster("primary").init().start().create_extension()
+    standby = bg.cluster("standby").standby_of(primary).start()
+    return primary, standby
+
+
+@pytest.fixture(scope="session", autouse=True)
+def background() -> Iterator[Background]:
+    bg = Background()
+    bg.start("restart", _make_restart)
+    bg.start("switchover", _make_switchover)
+    try:
+        yield bg
+    finally:
+        for t in bg.threads.values():
+            t.join(120)
+        for c in bg.made:
+            c.kill()
 
 
 @pytest.fixture(scope="session")

@@ -12,18 +12,17 @@ import pytest
 
 import dlock
 from helpers import lease_row
-from pgcluster import Cluster, wait_for
+from pgcluster import wait_for
 
 TTL = 9.0
 
 
 @pytest.fixture
-def pair():
-    primary = Cluster("primary")
-    standby = Cluster("standby")
+def pair(background):
+    """A primary and its standby, made in the background at the session's
+    start (see conftest.py)."""
+    primary, standby = background.get("switchover")
     try:
-        primary.init().start().create_extension()
-        standby.standby_of(primary).start()
         yield primary, standby
     finally:
         standby.kill()
