@@ -64,11 +64,18 @@ def _make_switchover(bg: Background) -> Any:
     return primary, standby
 
 
+def _pip_install(bg: Background) -> Any:
+    from test_z_install import pip_install
+
+    return pip_install()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def background() -> Iterator[Background]:
     bg = Background()
     bg.start("restart", _make_restart)
     bg.start("switchover", _make_switchover)
+    bg.start("install", _pip_install)
     try:
         yield bg
     finally:
