@@ -28,10 +28,12 @@ const d = new Dlock(pool);
 const raw = new pg.Client();
 await raw.connect();
 
-async function clientSide(n) {
+const own = new Dlock(''); // its own connections, from the PG* environment variables
+
+async function clientSide(n, client = d) {
   const t = performance.now();
   for (let i = 0; i < n; i++) {
-    const lease = await d.acquire(rnd(), { ttl: 30 });
+    const lease = await client.acquire(rnd(), { ttl: 30 });
     await lease.release();
   }
   return ((performance.now() - t) * 1000) / n;
@@ -47,27 +49,32 @@ async function sqlSide(n) {
   return ((performance.now() - t) * 1000) / n;
 }
 
-// Warm-up, then alternating rounds (A B, B A, ...).
-await clientSide(200);
-await sqlSide(200);
-const c = [];
-const s = [];
+// Warm-up, then alternating rounds (A B C, C B A, ...).
+const sides = {
+  client: (n) => clientSide(n, d),
+  own: (n) => clientSide(n, own),
+  sql: (n) => sqlSide(n),
+};
+const times = { client: [], own: [], sql: [] };
+for (const k of Object.keys(sides)) await sides[k](200);
 for (let i = 0; i < rounds; i++) {
-  if (i % 2 === 0) { c.push(await clientSide(cycles)); s.push(await sqlSide(cycles)); } else { s.push(await sqlSide(cycles)); c.push(await clientSide(cycles)); }
+  const order = i % 2 === 0 ? ['client', 'own', 'sql'] : ['sql', 'own', 'client'];
+  for (const k of order) times[k].push(await sides[k](cycles));
 }
 out('cycles_per_round', cycles);
 out('rounds', rounds);
-out('client_us', median(c).toFixed(1));
-out('client_min', Math.min(...c).toFixed(1));
-out('client_max', Math.max(...c).toFixed(1));
-out('sql_us', median(s).toFixed(1));
-out('sql_min', Math.min(...s).toFixed(1));
-out('sql_max', Math.max(...s).toFixed(1));
-out('ratio', (median(c) / median(s)).toFixed(3));
-const rs = c.map((x, i) => x / s[i]);
-out('ratio_median_of_rounds', median(rs).toFixed(3));
-out('ratio_min', Math.min(...rs).toFixed(3));
-out('ratio_max', Math.max(...rs).toFixed(3));
+for (const k of Object.keys(times)) {
+  out(`${k}_us`, median(times[k]).toFixed(1));
+  out(`${k}_min`, Math.min(...times[k]).toFixed(1));
+  out(`${k}_max`, Math.max(...times[k]).toFixed(1));
+}
+for (const k of ['client', 'own']) {
+  out(`${k}_ratio`, (median(times[k]) / median(times.sql)).toFixed(3));
+  const rs = times[k].map((x, i) => x / times.sql[i]);
+  out(`${k}_ratio_min`, Math.min(...rs).toFixed(3));
+  out(`${k}_ratio_max`, Math.max(...rs).toFixed(3));
+}
+own.close();
 
 // Renewal: what it costs in statements.
 const calls = async () => {

@@ -13,11 +13,13 @@ const now = () => performance.now();
 // The target list is evaluated in order: clock_timestamp() reads the
 // server's clock just after the grant (the lease's expires_at is the grant
 // time plus ttl), so expiresAt is that reading plus ttl.
+// (`at`: epoch milliseconds as float8, cheaper to read than a timestamp)
+const AT = '(extract(epoch FROM clock_timestamp()) * 1000)::float8 AS at';
 const ACQUIRE_ONE = `SELECT dlock_acquire($1::text, make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS token,
-  clock_timestamp() AS at`;
+  ${AT}`;
 const ACQUIRE_ALL = `SELECT dlock_acquire_all($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS tokens,
-  clock_timestamp() AS at`;
-const ACQUIRE_ANY = `SELECT x.lock_name, x.token, clock_timestamp() AS at
+  ${AT}`;
+const ACQUIRE_ANY = `SELECT x.lock_name, x.token, ${AT}
   FROM (SELECT * FROM dlock_acquire_any($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) OFFSET 0) x`;
 
 function isPool(x) {
@@ -124,7 +126,7 @@ export class Dlock {
       tokens,
       ttl,
       sentAt,
-      expiresAt: new Date(result.at.getTime() + ttl * 1000),
+      expiresAt: new Date(result.at + ttl * 1000),
       progressTimeout: opts.progressTimeout,
       slot: kind === 'any' ? Number(got[0].slice(got[0].lastIndexOf(':') + 1)) : undefined,
     });
@@ -132,9 +134,20 @@ export class Dlock {
       await lease.release().catch(() => {});
       throw signal.reason;
     }
-    lease._start();
-    // The body starts with at least two thirds of the ttl left.
-    if (now() - sentAt > (ttl * 1000) / 3) await lease._renewNow();
+    // The body starts with at least two thirds of the ttl left: after an
+    // acquire that waited longer than a third of the ttl, renew first. Its
+    // deadline (from the send) may even have passed if the acquire waited
+    // longer than the ttl; but no work has been done under the lease yet,
+    // and a renew that returns true proves the token still holds a live
+    // lease. So this first renew is retried until the latest possible
+    // server expiry (the answer's arrival plus the ttl), and its success
+    // sets the deadline (its own send plus the ttl) as any renew does.
+    const receivedAt = now();
+    if (receivedAt - sentAt > (ttl * 1000) / 3) {
+      lease.deadline = receivedAt + ttl * 1000;
+      lease._start();
+      await lease._renewNow();
+    } else lease._start();
     return lease;
   }
 

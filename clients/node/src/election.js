@@ -4,7 +4,7 @@
 // polling).
 import { randomBytes } from 'node:crypto';
 import { clientFor } from './client.js';
-import { NotAcquired } from './errors.js';
+import { LeaseLost, NotAcquired } from './errors.js';
 import { destroyClient, isAlive, openClient, refClient, timedQuery } from './connect.js';
 
 const LEADER = `SELECT owner, token, expires_at FROM dlock_leases WHERE lock_name = $1 AND live`;
@@ -61,7 +61,8 @@ export class Election {
         });
         return this.lease;
       } catch (err) {
-        if (!(err instanceof NotAcquired)) throw err;
+        // LeaseLost: granted, but lost before it could be confirmed by a renew; campaign again.
+        if (!(err instanceof NotAcquired) && !(err instanceof LeaseLost)) throw err;
         if (limit !== undefined && (performance.now() - start) / 1000 >= limit) throw new NotAcquired([this.name], limit);
       }
     }

@@ -8,8 +8,11 @@ import { mutation } from './testing.js';
 const now = () => performance.now();
 
 // clock_timestamp() after the call (the target list is evaluated in order).
-const RENEW_ONE = 'SELECT dlock_renew($1::text, $2::bigint, make_interval(secs => $3::float8)) AS ok, clock_timestamp() AS at';
-const RENEW_EACH = 'SELECT dlock_renew_each($1::text[], $2::bigint[], make_interval(secs => $3::float8)) AS ok, clock_timestamp() AS at';
+// (`at`: epoch milliseconds as float8, cheaper to read than a timestamp)
+const RENEW_ONE = `SELECT dlock_renew($1::text, $2::bigint, make_interval(secs => $3::float8)) AS ok,
+  (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS at`;
+const RENEW_EACH = `SELECT dlock_renew_each($1::text[], $2::bigint[], make_interval(secs => $3::float8)) AS ok,
+  (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS at`;
 const RELEASE_ONE = 'SELECT dlock_release($1::text, $2::bigint) AS ok';
 const RELEASE_EACH = 'SELECT dlock_release_each($1::text[], $2::bigint[]) AS ok';
 
@@ -106,9 +109,8 @@ export class Lease {
     /** @type {LeaseLost | null} */
     this.lostError = null;
     this._state = 'held';
-    this._controller = new AbortController();
-    /** Aborts when the lease is lost (reason: the LeaseLost) or the scope is cancelled. */
-    this.signal = this._controller.signal;
+    /** @type {AbortController | null} made at the first use of `signal` */
+    this._controller = null;
     this._progressMs = f.progressTimeout ? f.progressTimeout * 1000 : 0;
     this._lastProgress = now();
     this._timers = { deadline: null, progress: null, sleep: null };
@@ -123,6 +125,23 @@ export class Lease {
     this.check = this.check.bind(this);
     this.fenced = this.fenced.bind(this);
     this.release = this.release.bind(this);
+  }
+
+  /** Aborts when the lease is lost (reason: the LeaseLost) or the scope is cancelled. */
+  get signal() {
+    if (!this._controller) {
+      this._controller = new AbortController();
+      if (this.lostError && !mutation.noLossSignal) this._controller.abort(this.lostError);
+    }
+    return this._controller.signal;
+  }
+
+  /** Aborts the signal (when it has been made; else it is made aborted). */
+  _abort(reason) {
+    if (!this._controller) {
+      this._controller = new AbortController();
+    }
+    if (!this._controller.signal.aborted) this._controller.abort(reason);
   }
 
   /** True once the lease is lost (the clock is read first). */
@@ -168,9 +187,7 @@ export class Lease {
 
   /** @internal a scope's caller signal: its abort aborts this lease's signal */
   _link(callerSignal) {
-    const onAbort = () => {
-      if (!this.signal.aborted) this._controller.abort(callerSignal.reason);
-    };
+    const onAbort = () => this._abort(callerSignal.reason);
     if (callerSignal.aborted) onAbort();
     else callerSignal.addEventListener('abort', onAbort, { once: true });
     this._unlinkCaller = () => callerSignal.removeEventListener('abort', onAbort);
@@ -273,7 +290,7 @@ export class Lease {
       if (!ok) { this._lose('renewed-false'); return; }
       this._lastSent = sent;
       this.deadline = sent + ttl;
-      this.expiresAt = new Date(serverAt.getTime() + ttl);
+      this.expiresAt = new Date(serverAt + ttl);
       this.renewals++;
       this.lastError = null;
       this._failing = false;
@@ -298,7 +315,7 @@ export class Lease {
     this._dlock._renewal.unhold();
     this._settleWaiters(this.lostError);
     if (mutation.noLossSignal) return;
-    if (!this.signal.aborted) this._controller.abort(this.lostError);
+    this._abort(this.lostError);
     this._lossReject(this.lostError);
   }
 
@@ -325,7 +342,7 @@ export class Lease {
     this._state = 'releasing';
     this._stopTimers();
     this._dlock._renewal.unhold();
-    this._settleWaiters(new Error('released'));
+    if (this._renewWaiters.length) this._settleWaiters(new Error('released'));
     const src = this._dlock._source;
     let pause = 50;
     let attempt = 0;
@@ -351,7 +368,7 @@ export class Lease {
         this.confirmed = false;
         this._state = 'lost';
         this.lostError = new LeaseLost('released-false', this.names, this.tokens);
-        if (!this.signal.aborted) this._controller.abort(this.lostError);
+        this._abort(this.lostError);
         throw this.lostError;
       } catch (err) {
         if (err instanceof LeaseLost) throw err;

@@ -4,9 +4,15 @@
 // what a crashed test file left behind), and prints the counts line
 // "client: N passed, M failed" last.
 import { spawn, execFileSync } from 'node:child_process';
-import { readdirSync, existsSync, readFileSync } from 'node:fs';
+import { readdirSync, existsSync, readFileSync, mkdtempSync } from 'node:fs';
 import path from 'node:path';
-import { startCluster, cleanupAll, TESTDIR, WORKDIR, BINDIR } from './lib/harness.js';
+
+// Everything this run starts lives in a directory of its own under
+// DLOCK_CLIENT_WORKDIR: the sweep stops only what is in it.
+const top = process.env.DLOCK_CLIENT_WORKDIR;
+if (!top) throw new Error('DLOCK_CLIENT_WORKDIR is not set');
+process.env.DLOCK_CLIENT_WORKDIR = mkdtempSync(path.join(top, 'node-run-'));
+const { startCluster, cleanupAll, TESTDIR, WORKDIR, BINDIR } = await import('./lib/harness.js');
 
 const t0 = performance.now();
 const only = process.argv.slice(2);

@@ -41,7 +41,8 @@ test('s4 sets: all-or-none, renewed with one dlock_renew_each per renewal and no
     const n = await functionCalls(cl, db, 'dlock_renew_each');
     return n >= renewals ? n : 0;
   }, 8000, 'the renew_each call counts');
-  assert.equal(each, renewals, 'one dlock_renew_each per renewal');
+  // One per renewal (an attempt whose answer was lost to a timeout may add one more).
+  assert.ok(each >= renewals && each <= renewals + 1, `one dlock_renew_each per renewal (${each} calls, ${renewals} renewals)`);
   assert.equal(await functionCalls(cl, db, 'dlock_renew'), 0, 'no dlock_renew');
   assert.equal(await functionCalls(cl, db, 'dlock_release_each'), 1, 'one dlock_release_each');
   d.close();

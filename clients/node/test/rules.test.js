@@ -1,0 +1,47 @@
+// Rules of docs/clients.md that no numbered scenario covers on its own.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { Dlock, NotAcquired, parseConninfo } from '../src/index.js';
+import { sharedCluster, cleanupAll, now } from './lib/harness.js';
+
+after(cleanupAll);
+
+test('rules: an acquire that waited longer than a third of the ttl (even longer than the ttl) renews before the body starts', async () => {
+  const cl = sharedCluster();
+  const d = new Dlock(cl.conninfo());
+  // Held elsewhere for 2 s, never released: the acquire waits for its expiry.
+  await cl.query("SELECT dlock_acquire('rules:waited', '2 s')");
+  const t0 = now();
+  const ttl = 1.5;
+  const seen = await d.withLease('rules:waited', { ttl, wait: 6 }, async (lease) => ({
+    waited: now() - t0,
+    renewals: lease.renewals,
+    left: lease.deadline - now(),
+    lost: lease.lost,
+  }));
+  assert.ok(seen.waited > ttl * 1000, `the acquire waited longer than the ttl (${Math.round(seen.waited)} ms)`);
+  assert.equal(seen.lost, false);
+  assert.ok(seen.renewals >= 1, 'renewed before the body');
+  assert.ok(seen.left >= (ttl * 1000 * 2) / 3 - 50, `the body starts with two thirds of the ttl left (${Math.round(seen.left)} ms)`);
+  // A lease still held after wait: NotAcquired.
+  await cl.query("SELECT dlock_acquire('rules:held', '30 s')");
+  const t1 = now();
+  await assert.rejects(d.withLease('rules:held', { ttl, wait: 0.3 }, () => assert.fail('the body must not run')), NotAcquired);
+  assert.ok(now() - t1 >= 250, 'waited');
+  d.close();
+});
+
+test('rules: connection strings with several hosts and target_session_attrs', () => {
+  const kw = parseConninfo("host=db1,db2 port=5433,5434 dbname=app user='u s' target_session_attrs=read-write connect_timeout=3");
+  assert.deepEqual(kw.hosts, [{ host: 'db1', port: 5433 }, { host: 'db2', port: 5434 }]);
+  assert.equal(kw.user, 'u s');
+  assert.equal(kw.database, 'app');
+  assert.equal(kw.targetSessionAttrs, 'read-write');
+  assert.equal(kw.connectTimeout, 3);
+  const url = parseConninfo('postgresql://me:p%40ss@a:1,[::1]:2,b/db?target_session_attrs=read-write&application_name=x');
+  assert.deepEqual(url.hosts, [{ host: 'a', port: 1 }, { host: '::1', port: 2 }, { host: 'b', port: 5432 }]);
+  assert.equal(url.password, 'p@ss');
+  assert.equal(url.applicationName, 'x');
+  assert.throws(() => parseConninfo('host=a,b,c port=1,2'), /3 hosts but 2 ports/);
+  assert.throws(() => parseConninfo('host=a target_session_attrs=writable'), /target_session_attrs/);
+});
