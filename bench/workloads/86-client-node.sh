@@ -40,6 +40,8 @@ for side in client own; do
     bench_row "Node client $label / SQL, per cycle (ratio of medians; range of the rounds' ratios)" \
         "$(bench_round "$r" 3) ($(bench_get ${side}_ratio_min)–$(bench_get ${side}_ratio_max))" "≤ 1.2" "$(bench_le "$r" 1.2)"
 done
+bench_row "Node client: this process's CPU per cycle (user + system, medians): client on a pg.Pool / on its own connection / the two SQL calls; ratios to SQL" \
+    "$(bench_get client_cpu_us) / $(bench_get own_cpu_us) / $(bench_get sql_cpu_us) µs; $(bench_get client_cpu_ratio) / $(bench_get own_cpu_ratio)"
 pl=$(bench_get renew_per_lease_renewal)
 ps=$(bench_get renew_each_per_set_renewal)
 bench_row "Node client: statements per lease per renewal (dlock_renew calls / renewals of $(bench_get single_leases) leases: $(bench_get renew_calls) / $(bench_get single_renewals))" \

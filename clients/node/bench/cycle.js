@@ -56,10 +56,16 @@ const sides = {
   sql: (n) => sqlSide(n),
 };
 const times = { client: [], own: [], sql: [] };
+const cpu = { client: [], own: [], sql: [] };
 for (const k of Object.keys(sides)) await sides[k](200);
 for (let i = 0; i < rounds; i++) {
   const order = i % 2 === 0 ? ['client', 'own', 'sql'] : ['sql', 'own', 'client'];
-  for (const k of order) times[k].push(await sides[k](cycles));
+  for (const k of order) {
+    const c0 = process.cpuUsage();
+    times[k].push(await sides[k](cycles));
+    const c1 = process.cpuUsage(c0);
+    cpu[k].push((c1.user + c1.system) / cycles);
+  }
 }
 out('cycles_per_round', cycles);
 out('rounds', rounds);
@@ -68,7 +74,9 @@ for (const k of Object.keys(times)) {
   out(`${k}_min`, Math.min(...times[k]).toFixed(1));
   out(`${k}_max`, Math.max(...times[k]).toFixed(1));
 }
+for (const k of Object.keys(cpu)) out(`${k}_cpu_us`, median(cpu[k]).toFixed(1));
 for (const k of ['client', 'own']) {
+  out(`${k}_cpu_ratio`, (median(cpu[k]) / median(cpu.sql)).toFixed(3));
   out(`${k}_ratio`, (median(times[k]) / median(times.sql)).toFixed(3));
   const rs = times[k].map((x, i) => x / times.sql[i]);
   out(`${k}_ratio_min`, Math.min(...rs).toFixed(3));
