@@ -256,6 +256,14 @@ class LeaseState:
         self.backoff = next_backoff(self.backoff)
 
 
+def _first_due(state: LeaseState) -> float:
+    """When the renewer must first look at a lease: its first renewal, or its
+    progress deadline if that comes sooner."""
+    if state.progress_timeout is not None:
+        return min(state.next_attempt, state.last_progress + state.progress_timeout)
+    return state.next_attempt
+
+
 def _set_message(names: Sequence[str], tokens: Sequence[int], reason: str) -> str:
     pairs = ", ".join(f'"{n}" ({t})' for n, t in zip(names, tokens))
     return str(LeaseLost("set", None, reason)).replace('lease "set" (token None)', f"lease set {pairs}")
@@ -277,6 +285,9 @@ class Renewer:
         self.backend_pid: Optional[int] = None
         self.connections = 0
         self._wake: Optional[asyncio.Event] = None
+        self._wake_at = 0.0  # when the loop wakes up next (inf: idle)
+        self._pending: Dict[int, LeaseState] = {}
+        self._pending_lock = threading.Lock()
         self._task: Optional[asyncio.Task[None]] = None
         self._closing = False
 
@@ -288,13 +299,50 @@ class Renewer:
         self._task = loop.create_task(self._run(), name="dlock renewer")
 
     def add(self, state: LeaseState) -> None:
+        """Adds a lease (in the loop)."""
         loop = asyncio.get_running_loop()
+        self._adopt(state, loop)
+        if _first_due(state) < self._wake_at:
+            assert self._wake is not None
+            self._wake.set()
+
+    def _adopt(self, state: LeaseState, loop: asyncio.AbstractEventLoop) -> None:
+        if not state.active:
+            return
         self.states[id(state)] = state
         self._arm(state, loop)
         if state.progress_timeout is not None:
             self._arm_progress(state, loop)
-        assert self._wake is not None
-        self._wake.set()
+
+    def add_threadsafe(self, state: LeaseState, loop: asyncio.AbstractEventLoop) -> None:
+        """Adds a lease from another thread.  The loop adopts it when it
+        wakes up next; it is woken only when the lease needs it sooner, so a
+        short scope costs no wake-up of the renewal thread."""
+        with self._pending_lock:
+            self._pending[id(state)] = state
+            wake = _first_due(state) < self._wake_at
+            if wake:
+                self._wake_at = _first_due(state)
+        if wake:
+            loop.call_soon_threadsafe(self._wake_up)
+
+    def remove_threadsafe(self, state: LeaseState) -> None:
+        """Removes a lease from another thread (the state is inactive
+        already).  A lease the loop has adopted is dropped when the loop wakes
+        up next (its timers do nothing for an inactive lease): no wake-up."""
+        with self._pending_lock:
+            self._pending.pop(id(state), None)
+
+    def _wake_up(self) -> None:
+        """In the loop: adopts the pending leases at once (their timers are
+        armed even while an attempt is under way), and wakes the renewer."""
+        loop = asyncio.get_running_loop()
+        with self._pending_lock:
+            pending, self._pending = self._pending, {}
+        for st in pending.values():
+            self._adopt(st, loop)
+        if self._wake is not None:
+            self._wake.set()
 
     def remove(self, state: LeaseState) -> None:
         self.states.pop(id(state), None)
@@ -373,7 +421,13 @@ class Renewer:
 
     async def _run(self) -> None:
         assert self._wake is not None
+        loop = asyncio.get_running_loop()
         while not self._closing:
+            with self._pending_lock:
+                pending, self._pending = self._pending, {}
+                self._wake_at = 0.0  # awake: adding needs no wake-up
+            for st in pending.values():
+                self._adopt(st, loop)
             now = monotonic()
             due: Optional[LeaseState] = None
             soonest = math.inf
@@ -385,13 +439,19 @@ class Renewer:
                     due = st
                 soonest = min(soonest, st.next_attempt)
             if due is None:
-                self._wake.clear()
+                with self._pending_lock:
+                    if self._pending:
+                        continue
+                    self._wake.clear()
+                    self._wake_at = soonest
                 timeout = None if soonest is math.inf else max(0.0, soonest - now)
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 except asyncio.TimeoutError:
                     pass
                 continue
+            with self._pending_lock:
+                self._wake_at = -math.inf  # busy: a new lease wakes it up
             await self._attempt(due)
 
     async def _attempt(self, state: LeaseState) -> None:

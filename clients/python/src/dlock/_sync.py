@@ -288,15 +288,10 @@ class Client:
             return _core.all_true(row[0]) if row is not None else None
 
     def _register(self, state: LeaseState) -> None:
-        self._ensure_loop().call_soon_threadsafe(self._renewer.add, state)
+        self._renewer.add_threadsafe(state, self._ensure_loop())
 
     def _unregister(self, state: LeaseState) -> None:
-        loop = self._loop
-        if loop is not None:
-            try:
-                loop.call_soon_threadsafe(self._renewer.remove, state)
-            except RuntimeError:  # the loop was closed
-                pass
+        self._renewer.remove_threadsafe(state)
 
     # -- scopes
 
@@ -387,7 +382,7 @@ class Lease:
             raise ValueError("progress_timeout must be a positive number of seconds")
         self.progress_timeout = progress_timeout
         self._state: Optional[LeaseState] = None
-        self.lost: threading.Event = _LostEvent()
+        self.lost: threading.Event = _LostEvent()  # its state is set on entering
         #: After the scope: True when the release returned true, else False.
         self.confirmed: bool = False
         self._released: Optional[bool] = None  # the release's outcome once done
@@ -527,7 +522,7 @@ class Lease:
                 raise NotAcquired(names, self.wait, f"{names!r}: the database took more than a third of "
                                                     f"the ttl ({self.ttl:g} s) to answer; use a longer ttl")
             tries += 1
-        self.lost = _LostEvent(st)
+        self.lost._state = st  # type: ignore[attr-defined]
         st.add_signal(self._signal)
         c._register(st)
         return self

@@ -33,6 +33,9 @@ class Watchdog:
         self._heap: List[Tuple[float, int, Guard]] = []
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
+        # When the thread will wake up next (inf: idle).  A guard that
+        # expires later needs no wake-up: arming stays a lock and a push.
+        self._wake_at = float("inf")
 
     def arm(self, conn: Any, seconds: float) -> Guard:
         g = Guard(time.monotonic() + max(0.0, seconds), conn)
@@ -40,9 +43,9 @@ class Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dlock watchdog", daemon=True)
                 self._thread.start()
-            first = not self._heap or g.when < self._heap[0][0]
             heapq.heappush(self._heap, (g.when, next(self._seq), g))
-            if first:
+            if g.when < self._wake_at:
+                self._wake_at = g.when
                 self._cond.notify()
         return g
 
@@ -59,11 +62,13 @@ class Watchdog:
                 while self._heap and self._heap[0][2].done:
                     heapq.heappop(self._heap)
                 if not self._heap:
+                    self._wake_at = float("inf")
                     self._cond.wait()
                     continue
                 when, _, g = self._heap[0]
                 now = time.monotonic()
                 if when > now:
+                    self._wake_at = when
                     self._cond.wait(when - now)
                     continue
                 heapq.heappop(self._heap)
