@@ -2,7 +2,8 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Dlock, NotAcquired, parseConninfo } from '../src/index.js';
-import { sharedCluster, cleanupAll, now } from './lib/harness.js';
+import { sharedCluster, cleanupAll, now, Child } from './lib/harness.js';
+import { within } from './lib/checks.js';
 
 after(cleanupAll);
 
@@ -44,4 +45,12 @@ test('rules: connection strings with several hosts and target_session_attrs', ()
   assert.equal(url.applicationName, 'x');
   assert.throws(() => parseConninfo('host=a,b,c port=1,2'), /3 hosts but 2 ports/);
   assert.throws(() => parseConninfo('host=a target_session_attrs=writable'), /target_session_attrs/);
+});
+
+test('rules: nothing of the client keeps the process alive once every lease is released', async () => {
+  const child = new Child('exit.js', [sharedCluster().conninfo()]);
+  const done = await child.waitEvent((e) => e.event === 'done', 10000, 'the child to finish its leases');
+  assert.ok(done.renewals >= 1);
+  const { code } = await within(3000, child.exited, 'the child to exit by itself');
+  assert.equal(code, 0);
 });
