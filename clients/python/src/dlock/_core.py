@@ -56,10 +56,6 @@ def needs_new_connection(error: BaseException, conn: Any) -> bool:
     return state in RECONNECT_SQLSTATES or state.startswith("08")
 
 
-def interval(seconds: float) -> _dt.timedelta:
-    return _dt.timedelta(seconds=seconds)
-
-
 def check_ttl(ttl: float) -> float:
     ttl = float(ttl)
     if not ttl > 0 or math.isinf(ttl):
@@ -92,38 +88,58 @@ def conninfo_of(pool: Any) -> Tuple[str, Dict[str, Any]]:
 
 # ---- SQL ---------------------------------------------------------------
 
-# expires_at is the server's clock at the end of the call plus the ttl: the
-# function runs in FROM, before the target list is computed.
-SQL_ACQUIRE = "SELECT t, clock_timestamp() + %(ttl)s FROM dlock_acquire(%(name)s, %(ttl)s, %(wait)s, %(owner)s) t"
-SQL_ACQUIRE_ALL = (
-    "SELECT t, clock_timestamp() + %(ttl)s FROM dlock_acquire_all(%(names)s::text[], %(ttl)s, %(wait)s, %(owner)s) t"
-)
-SQL_ACQUIRE_ANY = (
-    "SELECT lock_name, token, clock_timestamp() + %(ttl)s "
-    "FROM dlock_acquire_any(%(names)s::text[], %(ttl)s, %(wait)s, %(owner)s)"
-)
-SQL_RENEW = "SELECT r, clock_timestamp() + %(ttl)s FROM dlock_renew(%(name)s, %(token)s, %(ttl)s) r"
-SQL_RENEW_EACH = (
-    "SELECT r, clock_timestamp() + %(ttl)s FROM dlock_renew_each(%(names)s::text[], %(tokens)s::bigint[], %(ttl)s) r"
-)
-SQL_RELEASE = "SELECT dlock_release(%(name)s, %(token)s)"
-SQL_RELEASE_EACH = "SELECT dlock_release_each(%(names)s::text[], %(tokens)s::bigint[])"
+# Each grant or renew also returns the server's clock just after the call
+# (the target list is computed left to right) plus the ttl, in seconds since
+# the epoch: the lease's expires_at to within microseconds.  Durations are
+# sent as seconds (make_interval), parameters positionally.
+_SECS = "make_interval(secs => %s)"
+_EXPIRES = "date_part('epoch', clock_timestamp()) + %s"
+SQL_ACQUIRE = f"SELECT dlock_acquire(%s, {_SECS}, {_SECS}, %s), {_EXPIRES}"
+SQL_ACQUIRE_ALL = f"SELECT dlock_acquire_all(%s::text[], {_SECS}, {_SECS}, %s), {_EXPIRES}"
+SQL_ACQUIRE_ANY = (f"SELECT a.lock_name, a.token, {_EXPIRES} "
+                   f"FROM dlock_acquire_any(%s::text[], {_SECS}, {_SECS}, %s) a")
+SQL_RENEW = f"SELECT dlock_renew(%s, %s, {_SECS}), {_EXPIRES}"
+SQL_RENEW_EACH = f"SELECT dlock_renew_each(%s::text[], %s::bigint[], {_SECS}), {_EXPIRES}"
+SQL_RELEASE = "SELECT dlock_release(%s, %s)"
+SQL_RELEASE_EACH = "SELECT dlock_release_each(%s::text[], %s::bigint[])"
 SQL_CHECK = "SELECT dlock_check(%s, %s, %s)"
 SQL_LEADER = "SELECT owner, token FROM dlock_leases WHERE lock_name = %s AND live"
 SQL_LEASE_ROW = "SELECT owner, token, live FROM dlock_leases WHERE lock_name = %s"
 SQL_NOTIFIER = "SELECT pid FROM dlock_notifier WHERE datname = current_database()"
 
 
-def renew_params(state: "LeaseState") -> Tuple[str, Mapping[str, Any]]:
-    if state.is_set:
-        return SQL_RENEW_EACH, {"names": list(state.names), "tokens": list(state.tokens), "ttl": interval(state.ttl)}
-    return SQL_RENEW, {"name": state.names[0], "token": state.tokens[0], "ttl": interval(state.ttl)}
+def acquire_query(kind: str, names: Sequence[str], ttl: float, wait: float,
+                  owner: Optional[str]) -> Tuple[str, Tuple[Any, ...]]:
+    """The statement of an acquire: ``kind`` one, all (a set) or any (a permit)."""
+    if kind == "one":
+        return SQL_ACQUIRE, (names[0], ttl, wait, owner, ttl)
+    if kind == "all":
+        return SQL_ACQUIRE_ALL, (list(names), ttl, wait, owner, ttl)
+    return SQL_ACQUIRE_ANY, (ttl, list(names), ttl, wait, owner)
 
 
-def release_params(state: "LeaseState") -> Tuple[str, Mapping[str, Any]]:
+def acquired(kind: str, names: Sequence[str], row: Any) -> Optional[Tuple[List[str], List[int], Optional[float]]]:
+    """(names, tokens, expires epoch) of an acquire's row, or None when it
+    got nothing."""
+    if row is None:
+        return None
+    if kind == "any":
+        return [row[0]], [row[1]], row[2]
+    if row[0] is None:
+        return None
+    return list(names), list(row[0]) if kind == "all" else [row[0]], row[1]
+
+
+def renew_params(state: "LeaseState") -> Tuple[str, Tuple[Any, ...]]:
     if state.is_set:
-        return SQL_RELEASE_EACH, {"names": list(state.names), "tokens": list(state.tokens)}
-    return SQL_RELEASE, {"name": state.names[0], "token": state.tokens[0]}
+        return SQL_RENEW_EACH, (list(state.names), list(state.tokens), state.ttl, state.ttl)
+    return SQL_RENEW, (state.names[0], state.tokens[0], state.ttl, state.ttl)
+
+
+def release_params(state: "LeaseState") -> Tuple[str, Tuple[Any, ...]]:
+    if state.is_set:
+        return SQL_RELEASE_EACH, (list(state.names), list(state.tokens))
+    return SQL_RELEASE, (state.names[0], state.tokens[0])
 
 
 def all_true(value: Any) -> bool:
@@ -158,7 +174,7 @@ class LeaseState:
         tokens: Sequence[int],
         ttl: float,
         sent: float,
-        expires_at: Optional[_dt.datetime],
+        expires: Optional[float],
         is_set: bool,
         progress_timeout: Optional[float],
     ):
@@ -169,7 +185,7 @@ class LeaseState:
         self.deadline = sent + ttl
         self.next_attempt = sent + ttl / 3.0
         self.backoff = PAUSE_MIN
-        self.expires_at = expires_at
+        self.expires = expires  # seconds since the epoch, the server's clock
         self.renewals = 0
         self.failed_attempts = 0
         self.progress_timeout = progress_timeout
@@ -242,11 +258,16 @@ class LeaseState:
             self.lose("no-progress")
         return self.lost_reason is not None
 
-    def renewed(self, sent: float, expires_at: Optional[_dt.datetime]) -> None:
+    @property
+    def expires_at(self) -> Optional[_dt.datetime]:
+        e = self.expires
+        return None if e is None else _dt.datetime.fromtimestamp(e, _dt.timezone.utc)
+
+    def renewed(self, sent: float, expires: Optional[float]) -> None:
         self.deadline = sent + self.ttl
         self.next_attempt = sent + self.ttl / 3.0
         self.backoff = PAUSE_MIN
-        self.expires_at = expires_at
+        self.expires = expires
         self.renewals += 1
 
     def failed(self) -> None:

@@ -152,14 +152,8 @@ class Client:
         fresh = False
         while True:
             this_wait = min(max(0.0, end - monotonic()), _WAIT_CHUNK)
-            params: Dict[str, Any] = {"ttl": _core.interval(ttl), "wait": _core.interval(this_wait),
-                                      "owner": owner if owner is not None else self.owner}
-            if kind == "one":
-                query = _core.SQL_ACQUIRE
-                params["name"] = names[0]
-            else:
-                query = _core.SQL_ACQUIRE_ALL if kind == "all" else _core.SQL_ACQUIRE_ANY
-                params["names"] = list(names)
+            query, params = _core.acquire_query(kind, names, ttl, this_wait,
+                                                owner if owner is not None else self.owner)
             bound = this_wait + self.connect_timeout
             try:
                 async with self._conn(fresh, bound) as conn:
@@ -174,12 +168,9 @@ class Client:
                 fresh = True
                 backoff = min(1.0, backoff * 2)
                 continue
-            if kind == "any":
-                if row is not None:
-                    return [row[0]], [row[1]], sent, row[2]
-            elif row is not None and row[0] is not None:
-                tokens = row[0] if kind == "all" else [row[0]]
-                return list(names), list(tokens), sent, row[1]
+            got = _core.acquired(kind, names, row)
+            if got is not None:
+                return got[0], got[1], sent, got[2]
             if monotonic() >= end:
                 return None
 
