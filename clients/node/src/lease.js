@@ -111,37 +111,48 @@ export class Lease {
     this._state = 'held';
     /** @type {AbortController | null} made at the first use of `signal` */
     this._controller = null;
+    this._abortReason = undefined;
     this._progressMs = f.progressTimeout ? f.progressTimeout * 1000 : 0;
     this._lastProgress = now();
-    this._timers = { deadline: null, progress: null, sleep: null };
-    this._wake = null;
+    this._timers = { renew: null, deadline: null, progress: null };
+    this._inFlight = false;
     this._renewWaiters = [];
     this._failing = false;
     this._pause = 50;
-    this.lossPromise = new Promise((_, reject) => { this._lossReject = reject; });
-    this.lossPromise.catch(() => {});
+    this._lossPromise = null;
+    this._lossReject = null;
     // Bound, so that they can be destructured from the scope's argument.
     this.progress = this.progress.bind(this);
     this.check = this.check.bind(this);
     this.fenced = this.fenced.bind(this);
     this.release = this.release.bind(this);
+    this._onTimer = this._onTimer.bind(this);
+  }
+
+  /** @internal a promise rejected with the LeaseLost when the lease is lost (for the scopes) */
+  get lossPromise() {
+    if (!this._lossPromise) {
+      this._lossPromise = new Promise((_, reject) => { this._lossReject = reject; });
+      this._lossPromise.catch(() => {});
+      if (this.lostError && this._state === 'lost' && !mutation.noLossSignal) this._lossReject(this.lostError);
+    }
+    return this._lossPromise;
   }
 
   /** Aborts when the lease is lost (reason: the LeaseLost) or the scope is cancelled. */
   get signal() {
     if (!this._controller) {
       this._controller = new AbortController();
-      if (this.lostError && !mutation.noLossSignal) this._controller.abort(this.lostError);
+      if (this._abortReason !== undefined) this._controller.abort(this._abortReason);
     }
     return this._controller.signal;
   }
 
-  /** Aborts the signal (when it has been made; else it is made aborted). */
+  /** Aborts the signal (made at its first use; the first reason wins). */
   _abort(reason) {
-    if (!this._controller) {
-      this._controller = new AbortController();
-    }
-    if (!this._controller.signal.aborted) this._controller.abort(reason);
+    if (this._abortReason !== undefined) return;
+    this._abortReason = reason;
+    if (this._controller) this._controller.abort(reason);
   }
 
   /** True once the lease is lost (the clock is read first). */
@@ -195,14 +206,21 @@ export class Lease {
 
   _start() {
     this._dlock._renewal.hold();
-    this._armDeadline();
     if (this._progressMs) this._armProgress();
-    this._loop().catch((err) => {
-      // Never expected: the loop handles its errors. Treat as a loss at the deadline.
-      this.lastError = err;
-    });
+    this._schedule(this._lastSent + this._ttlMs / 3);
   }
 
+  /** The next renewal attempt at `at` (performance.now() ms). */
+  _schedule(at) {
+    clearTimeout(this._timers.renew);
+    this._timers.renew = setTimeout(this._onTimer, Math.max(0, at - now()));
+  }
+
+  /**
+   * The deadline timer runs while a renewal is due (from the first attempt
+   * until a success): before it, the renewal timer (at ttl/3) comes first
+   * and reads the clock itself.
+   */
   _armDeadline() {
     clearTimeout(this._timers.deadline);
     this._timers.deadline = setTimeout(() => this._checkClock(), Math.max(0, this.deadline - now()) + 1);
@@ -227,24 +245,14 @@ export class Lease {
     return false;
   }
 
-  _sleepUntil(t) {
-    return new Promise((resolve) => {
-      this._wake = resolve;
-      this._timers.sleep = setTimeout(resolve, Math.max(0, t - now()));
-    });
-  }
-
-  _interrupt() {
-    clearTimeout(this._timers.sleep);
-    if (this._wake) { const w = this._wake; this._wake = null; w(); }
-  }
-
   /** Renews at once (and waits for the outcome): after an acquire that waited past a third of the ttl. */
   _renewNow() {
     return new Promise((resolve, reject) => {
       this._renewWaiters.push({ resolve, reject });
-      this._renewSoon = true;
-      this._interrupt();
+      if (!this._inFlight) {
+        clearTimeout(this._timers.renew);
+        this._onTimer();
+      }
     });
   }
 
@@ -252,58 +260,67 @@ export class Lease {
     for (const w of this._renewWaiters.splice(0)) (err ? w.reject(err) : w.resolve());
   }
 
-  async _loop() {
+  /** The renewal timer: the clock first, then one attempt. */
+  _onTimer() {
+    this._timers.renew = null;
+    if (this._state !== 'held' || this._checkClock()) return;
+    if (!this._timers.deadline) this._armDeadline();
+    if (mutation.noRenewal) return; // the deadline timer ends it
+    this._attempt().catch((err) => {
+      // Not expected (the attempt handles its errors): retry as after any error.
+      this.lastError = err;
+      if (this._state === 'held') this._schedule(now() + 50);
+    });
+  }
+
+  async _attempt() {
     const ttl = this._ttlMs;
-    while (this._state === 'held') {
-      let at;
-      if (this._renewSoon) at = now();
-      else if (this._failing) at = now() + this._pause;
-      else at = this._lastSent + ttl / 3;
-      if (mutation.noRenewal) at = this.deadline + 1;
-      await this._sleepUntil(at);
-      this._renewSoon = false;
+    const sent = now();
+    const left = this.deadline - sent;
+    let ok;
+    let serverAt;
+    this._inFlight = true;
+    try {
+      const r = this._set
+        ? await this._dlock._renewal.query(RENEW_EACH, [this.names, this.tokens.map(String), this.ttl], left / 2, `renew of ${this.name}`)
+        : await this._dlock._renewal.query(RENEW_ONE, [this.name, String(this.token), this.ttl], left / 2, `renew of ${this.name}`);
+      const row = r.rows[0];
+      ok = this._set ? Array.isArray(row.ok) && row.ok.every((v) => v === true) : row.ok === true;
+      serverAt = row.at;
+    } catch (err) {
+      this._inFlight = false;
+      // The clock first: a loss wins over any error.
       if (this._state !== 'held' || this._checkClock()) return;
-      if (mutation.noRenewal) continue;
-      const sent = now();
-      const left = this.deadline - sent;
-      let ok;
-      let serverAt;
-      try {
-        const r = this._set
-          ? await this._dlock._renewal.query(RENEW_EACH, [this.names, this.tokens.map(String), this.ttl], left / 2, `renew of ${this.name}`)
-          : await this._dlock._renewal.query(RENEW_ONE, [this.name, String(this.token), this.ttl], left / 2, `renew of ${this.name}`);
-        const row = r.rows[0];
-        ok = this._set ? Array.isArray(row.ok) && row.ok.every((v) => v === true) : row.ok === true;
-        serverAt = row.at;
-      } catch (err) {
-        // The clock first: a loss wins over any error.
-        if (this._state !== 'held' || this._checkClock()) return;
-        this.lastError = err;
-        const leftNow = this.deadline - now();
-        this._pause = this._failing ? Math.min(this._pause * 2, 1000) : 50;
-        this._pause = Math.max(50, Math.min(this._pause, leftNow / 4));
-        this._failing = true;
-        continue;
-      }
-      // An answer: the clock is read before it is trusted.
-      if (this._state !== 'held' || this._checkClock()) return;
-      if (!ok) { this._lose('renewed-false'); return; }
-      this._lastSent = sent;
-      this.deadline = sent + ttl;
-      this.expiresAt = new Date(serverAt + ttl);
-      this.renewals++;
-      this.lastError = null;
-      this._failing = false;
-      this._pause = 50;
-      this._armDeadline();
-      this._settleWaiters(null);
+      this.lastError = err;
+      const leftNow = this.deadline - now();
+      this._pause = this._failing ? Math.min(this._pause * 2, 1000) : 50;
+      this._pause = Math.max(50, Math.min(this._pause, leftNow / 4));
+      this._failing = true;
+      this._schedule(now() + this._pause);
+      return;
     }
+    this._inFlight = false;
+    // An answer: the clock is read before it is trusted.
+    if (this._state !== 'held' || this._checkClock()) return;
+    if (!ok) { this._lose('renewed-false'); return; }
+    this._lastSent = sent;
+    this.deadline = sent + ttl;
+    this.expiresAt = new Date(serverAt + ttl);
+    this.renewals++;
+    this.lastError = null;
+    this._failing = false;
+    this._pause = 50;
+    clearTimeout(this._timers.deadline);
+    this._timers.deadline = null;
+    this._schedule(sent + ttl / 3);
+    this._settleWaiters(null);
   }
 
   _stopTimers() {
+    clearTimeout(this._timers.renew);
     clearTimeout(this._timers.deadline);
     clearTimeout(this._timers.progress);
-    this._interrupt();
+    this._timers.renew = this._timers.deadline = this._timers.progress = null;
     if (this._unlinkCaller) this._unlinkCaller();
   }
 
@@ -316,7 +333,7 @@ export class Lease {
     this._settleWaiters(this.lostError);
     if (mutation.noLossSignal) return;
     this._abort(this.lostError);
-    this._lossReject(this.lostError);
+    if (this._lossReject) this._lossReject(this.lostError);
   }
 
   // ---- release -------------------------------------------------------------
