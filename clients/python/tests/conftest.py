@@ -76,6 +76,10 @@ def background() -> Iterator[Background]:
     bg.start("restart", _make_restart)
     bg.start("switchover", _make_switchover)
     bg.start("install", _pip_install)
+    from test_z_typing import have_mypy, run_mypy
+
+    if have_mypy():
+        bg.start("mypy", lambda bg: run_mypy())
     try:
         yield bg
     finally:

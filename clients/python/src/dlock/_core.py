@@ -431,7 +431,7 @@ class Renewer:
         kwargs = dict(self.kwargs)
         kwargs.setdefault("connect_timeout", max(2, math.ceil(bound)))
         kwargs.setdefault("fallback_application_name", "dlock renewal")
-        conn = await asyncio.wait_for(
+        conn: psycopg.AsyncConnection[Any] = await asyncio.wait_for(
             psycopg.AsyncConnection.connect(self.conninfo, autocommit=True, prepare_threshold=None, **kwargs),
             bound,
         )

@@ -9,6 +9,7 @@ import math
 import select
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union)
@@ -779,16 +780,19 @@ class Observer:
 
 # ---- module-level functions ---------------------------------------------------------
 
-_shared: Dict[Any, Client] = {}
+_shared_by_conninfo: Dict[str, Client] = {}
+_shared_by_pool: "weakref.WeakKeyDictionary[Any, Client]" = weakref.WeakKeyDictionary()
 _shared_lock = threading.Lock()
 
 
 def _shared_client(pool: PoolLike) -> Client:
-    key = pool if isinstance(pool, str) else id(pool)
+    """The client the module-level functions share for ``pool`` (one per pool
+    object, or per conninfo string)."""
+    table: Any = _shared_by_conninfo if isinstance(pool, str) else _shared_by_pool
     with _shared_lock:
-        c = _shared.get(key)
+        c: Optional[Client] = table.get(pool)
         if c is None or c._closed:
-            c = _shared[key] = Client(pool)
+            c = table[pool] = Client(pool)
         return c
 
 

@@ -650,11 +650,13 @@ _shared: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Dict[Any, Client]
 
 
 def _shared_client(pool: PoolLike) -> Client:
+    """The client the module-level functions share for ``pool`` in the
+    running loop (one per pool object, or per conninfo string)."""
     loop = asyncio.get_running_loop()
     per_loop = _shared.setdefault(loop, {})
-    key = pool if isinstance(pool, str) else id(pool)
+    key: Any = pool if isinstance(pool, str) else ("pool", id(pool))
     c = per_loop.get(key)
-    if c is None or c._closed:
+    if c is None or c._closed or (not isinstance(pool, str) and c._pool is not pool):
         c = per_loop[key] = Client(pool)
     return c
 
