@@ -60,3 +60,41 @@ def check_pause(cluster, children, name: str, mutation: str = "none") -> None:
 
 def test_s1_pause(cluster, children):
     check_pause(cluster, children, "s1-pause")
+
+
+def check_pause_async(cluster, children, name: str, mutation: str = "none") -> None:
+    """The asyncio variant: on resume the body's task is cancelled before it
+    reads anything (the loss is signalled by cancellation)."""
+    table = name.replace("-", "_")
+    cluster.sql(f"""
+        CREATE TABLE {table} (id serial PRIMARY KEY, writer text NOT NULL, fence_token bigint);
+        CREATE TRIGGER {table}_fence BEFORE INSERT OR UPDATE ON {table}
+          FOR EACH ROW EXECUTE FUNCTION dlock_fence('{name}', 'fence_token')""")
+    child = children.spawn("child_pause_async.py", cluster.conninfo, name, table, mutation)
+    old = read_event(child, 20, "acquired")["token"]
+    assert read_event(child, 10, "wrote")["rows"] == 3
+    os.kill(child.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: lease_row(cluster, name)[1] is False, 10, "the stopped child's lease to expire")
+        with dlock.Client(cluster.conninfo) as client, client.lease(name, ttl=5) as lease:
+            new = lease.token
+            with cluster.connect() as conn:
+                with lease.fenced(conn) as tx:
+                    tx.execute(f"INSERT INTO {table} (writer) VALUES ('new'), ('new')")
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    assert child.stdin is not None
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    body = read_event(child, 10, "body")
+    assert body["cancelled"] is True, f"the resumed body was not cancelled before it read anything: {body}"
+    assert body["lost"] is True and body["reason"] == "deadline", body
+    assert read_event(child, 10, "scope") == {"event": "scope", "error": "LeaseLost", "reason": "deadline"}
+    assert read_event(child, 10, "write")["error"] == "StaleToken"
+    assert child.wait(10) == 0
+    rows = cluster.sql(f"SELECT writer, fence_token FROM {table} ORDER BY id")
+    assert rows == [("old", old)] * 3 + [("new", new)] * 2
+
+
+def test_s1_pause_async(cluster, children):
+    check_pause_async(cluster, children, "s1-pause-async")
