@@ -13,14 +13,14 @@ const now = () => performance.now();
 // The target list is evaluated in order: clock_timestamp() reads the
 // server's clock just after the grant (the lease's expires_at is the grant
 // time plus ttl), so expiresAt is that reading plus ttl.
-// (`at`: epoch milliseconds as float8, cheaper to read than a timestamp)
-const AT = '(extract(epoch FROM clock_timestamp()) * 1000)::float8 AS at';
-const ACQUIRE_ONE = `SELECT dlock_acquire($1::text, make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS token,
+// (`at`: the server's clock just after the call; intervals are sent as text, e.g. '1.5 s')
+const AT = 'clock_timestamp() AS at';
+const ACQUIRE_ONE = `SELECT dlock_acquire($1::text, $2::interval, $3::interval, $4::text) AS token,
   ${AT}`;
-const ACQUIRE_ALL = `SELECT dlock_acquire_all($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) AS tokens,
+const ACQUIRE_ALL = `SELECT dlock_acquire_all($1::text[], $2::interval, $3::interval, $4::text) AS tokens,
   ${AT}`;
 const ACQUIRE_ANY = `SELECT x.lock_name, x.token, ${AT}
-  FROM (SELECT * FROM dlock_acquire_any($1::text[], make_interval(secs => $2::float8), make_interval(secs => $3::float8), $4::text) OFFSET 0) x`;
+  FROM (SELECT * FROM dlock_acquire_any($1::text[], $2::interval, $3::interval, $4::text) OFFSET 0) x`;
 
 function isPool(x) {
   return x && typeof x === 'object' && typeof x.connect === 'function' && typeof x.query === 'function' && 'totalCount' in x;
@@ -34,6 +34,11 @@ function checkTtl(opts, what) {
   const pt = opts.progressTimeout;
   if (pt !== undefined && (typeof pt !== 'number' || !(pt > 0))) throw new TypeError(`${what}: progressTimeout must be a positive number of seconds`);
   return { ttl, wait };
+}
+
+/** Seconds as interval input text (never in exponent notation). */
+export function secs(x) {
+  return `${x.toFixed(6)} s`;
 }
 
 function refSleep(ms) {
@@ -96,7 +101,7 @@ export class Dlock {
         }
         const text = kind === 'one' ? ACQUIRE_ONE : kind === 'all' ? ACQUIRE_ALL : ACQUIRE_ANY;
         const arg = kind === 'one' ? names[0] : names;
-        const r = await timedQuery(client, text, [arg, ttl, waitLeft, owner], waitLeft * 1000 + Math.max(10000, ttl * 1000), `acquire of ${names[0]}`);
+        const r = await timedQuery(client, text, [arg, secs(ttl), secs(waitLeft), owner], waitLeft * 1000 + Math.max(10000, ttl * 1000), `acquire of ${names[0]}`);
         b.done();
         b = null;
         result = r.rows[0] || null;
@@ -126,7 +131,7 @@ export class Dlock {
       tokens,
       ttl,
       sentAt,
-      expiresAt: new Date(result.at + ttl * 1000),
+      expiresAt: new Date(result.at.getTime() + ttl * 1000),
       progressTimeout: opts.progressTimeout,
       slot: kind === 'any' ? Number(got[0].slice(got[0].lastIndexOf(':') + 1)) : undefined,
     });

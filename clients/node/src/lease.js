@@ -8,11 +8,11 @@ import { mutation } from './testing.js';
 const now = () => performance.now();
 
 // clock_timestamp() after the call (the target list is evaluated in order).
-// (`at`: epoch milliseconds as float8, cheaper to read than a timestamp)
-const RENEW_ONE = `SELECT dlock_renew($1::text, $2::bigint, make_interval(secs => $3::float8)) AS ok,
-  (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS at`;
-const RENEW_EACH = `SELECT dlock_renew_each($1::text[], $2::bigint[], make_interval(secs => $3::float8)) AS ok,
-  (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS at`;
+// (`at`: the server's clock just after the call; intervals are sent as text, e.g. '1.5 s')
+const RENEW_ONE = `SELECT dlock_renew($1::text, $2::bigint, $3::interval) AS ok,
+  clock_timestamp() AS at`;
+const RENEW_EACH = `SELECT dlock_renew_each($1::text[], $2::bigint[], $3::interval) AS ok,
+  clock_timestamp() AS at`;
 const RELEASE_ONE = 'SELECT dlock_release($1::text, $2::bigint) AS ok';
 const RELEASE_EACH = 'SELECT dlock_release_each($1::text[], $2::bigint[]) AS ok';
 
@@ -95,6 +95,7 @@ export class Lease {
     /** The ttl in seconds. */
     this.ttl = f.ttl;
     this._ttlMs = f.ttl * 1000;
+    this._ttlText = `${f.ttl.toFixed(6)} s`;
     /** The server's expiry after the last grant or renew (server clock). */
     this.expiresAt = f.expiresAt;
     /** Local deadline, performance.now() milliseconds: last successful acquire or renew sent, plus ttl. */
@@ -282,8 +283,8 @@ export class Lease {
     this._inFlight = true;
     try {
       const r = this._set
-        ? await this._dlock._renewal.query(RENEW_EACH, [this.names, this.tokens.map(String), this.ttl], left / 2, `renew of ${this.name}`)
-        : await this._dlock._renewal.query(RENEW_ONE, [this.name, String(this.token), this.ttl], left / 2, `renew of ${this.name}`);
+        ? await this._dlock._renewal.query(RENEW_EACH, [this.names, this.tokens.map(String), this._ttlText], left / 2, `renew of ${this.name}`)
+        : await this._dlock._renewal.query(RENEW_ONE, [this.name, String(this.token), this._ttlText], left / 2, `renew of ${this.name}`);
       const row = r.rows[0];
       ok = this._set ? Array.isArray(row.ok) && row.ok.every((v) => v === true) : row.ok === true;
       serverAt = row.at;
@@ -305,7 +306,7 @@ export class Lease {
     if (!ok) { this._lose('renewed-false'); return; }
     this._lastSent = sent;
     this.deadline = sent + ttl;
-    this.expiresAt = new Date(serverAt + ttl);
+    this.expiresAt = new Date(serverAt.getTime() + ttl);
     this.renewals++;
     this.lastError = null;
     this._failing = false;
