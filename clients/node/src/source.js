@@ -22,35 +22,29 @@ export class PoolSource {
   borrow(budgetMs = Infinity) {
     return new Promise((resolve, reject) => {
       let settled = false;
-      const timer = Number.isFinite(budgetMs)
+      // A timer only when the pool may make us wait (no idle connection).
+      const timer = Number.isFinite(budgetMs) && !(this.pool.idleCount > 0)
         ? setTimeout(() => {
           if (settled) return;
           settled = true;
           reject(Object.assign(new Error(`no connection from the pool within ${Math.round(budgetMs)} ms`), { code: undefined }));
         }, Math.max(1, budgetMs))
         : null;
-      this.pool.connect().then(
-        (client) => {
-          if (settled) { client.release(); return; }
-          settled = true;
-          if (timer) clearTimeout(timer);
-          resolve({
-            client,
-            done: (destroy) => {
-              if (destroy || client.__dlockDead) {
-                destroyClient(client);
-                client.release(true);
-              } else client.release();
-            },
-          });
-        },
-        (err) => {
-          if (settled) return;
-          settled = true;
-          if (timer) clearTimeout(timer);
-          reject(err);
-        },
-      );
+      this.pool.connect((err, client, release) => {
+        if (settled) { if (!err) release(); return; }
+        settled = true;
+        if (timer) clearTimeout(timer);
+        if (err) { reject(err); return; }
+        resolve({
+          client,
+          done: (destroy) => {
+            if (destroy || client.__dlockDead) {
+              destroyClient(client);
+              release(true);
+            } else release();
+          },
+        });
+      });
     });
   }
 
