@@ -28,6 +28,9 @@ monotonic = time.monotonic
 # quarter of the time left to the deadline, never less than 50 ms.
 PAUSE_MIN = 0.05
 PAUSE_MAX = 1.0
+# How often the renewal thread looks at leases added from other threads while
+# they keep coming (seconds).
+IDLE_LOOK = 1.0
 
 # SQLSTATEs after which a retry needs a new connection (the server is not a
 # writable one that stays up): read-only / standby, shutting down, crash.
@@ -309,6 +312,8 @@ class Renewer:
         self._wake_at = 0.0  # when the loop wakes up next (inf: idle)
         self._pending: Dict[int, LeaseState] = {}
         self._pending_lock = threading.Lock()
+        self._adds = 0  # leases added from other threads (adopted or not)
+        self._adds_seen = 0
         self._task: Optional[asyncio.Task[None]] = None
         self._closing = False
 
@@ -341,6 +346,7 @@ class Renewer:
         short scope costs no wake-up of the renewal thread."""
         with self._pending_lock:
             self._pending[id(state)] = state
+            self._adds += 1
             wake = _first_due(state) < self._wake_at
             if wake:
                 self._wake_at = _first_due(state)
@@ -463,9 +469,16 @@ class Renewer:
                 with self._pending_lock:
                     if self._pending:
                         continue
+                    # While leases come and go from other threads, look at the
+                    # pending ones at least every second, so that a short scope
+                    # needs no wake-up of this thread; idle otherwise.
+                    wake_at = soonest
+                    if self._adds != self._adds_seen:
+                        self._adds_seen = self._adds
+                        wake_at = min(soonest, now + IDLE_LOOK)
                     self._wake.clear()
-                    self._wake_at = soonest
-                timeout = None if soonest is math.inf else max(0.0, soonest - now)
+                    self._wake_at = wake_at
+                timeout = None if wake_at is math.inf else max(0.0, wake_at - now)
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout)
                 except asyncio.TimeoutError:

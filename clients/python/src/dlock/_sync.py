@@ -169,15 +169,19 @@ class Client:
         kwargs.setdefault("connect_timeout", max(2, math.ceil(min(bound, self.connect_timeout))))
         return psycopg.connect(self._conninfo, autocommit=True, prepare_threshold=None, **kwargs)
 
-    @contextlib.contextmanager
-    def _conn(self, fresh: bool, bound: float) -> Iterator["psycopg.Connection[Any]"]:
+    def _run(self, fresh: bool, query: str, params: Any, bound: float) -> Any:
+        """One statement on a connection of the pool (``fresh``: on a new
+        connection), bounded by ``bound`` seconds.  Returns its first row."""
         if not fresh:
-            with self._app_pool().connection(timeout=min(bound, self.connect_timeout)) as conn:
-                yield conn
-            return
+            pool = self._pool if self._pool is not None else self._app_pool()
+            conn = pool.getconn(timeout=min(bound, self.connect_timeout))
+            try:
+                return self._query(conn, query, params, bound)
+            finally:
+                pool.putconn(conn)
         conn = self._direct(bound)
         try:
-            yield conn
+            return self._query(conn, query, params, bound)
         finally:
             conn.close()
 
@@ -189,11 +193,12 @@ class Client:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.rollback()
             conn.autocommit = True
-        guard = self._watchdog.arm(conn, bound)
+        watchdog = self._watchdog
+        guard = watchdog.arm(conn, bound)
         try:
             return conn.execute(query, params).fetchone()
         finally:
-            if self._watchdog.disarm(guard):
+            if watchdog.disarm(guard):
                 conn.close()
             elif not prev and not conn.closed:
                 try:
@@ -216,9 +221,8 @@ class Client:
                                                 owner if owner is not None else self.owner)
             bound = this_wait + self.connect_timeout
             try:
-                with self._conn(fresh, bound) as conn:
-                    sent = monotonic()
-                    row = self._query(conn, query, params, bound)
+                sent = monotonic()
+                row = self._run(fresh, query, params, bound)
             except (psycopg.Error, OSError) as exc:
                 # A pooled connection may be stale (the server restarted): one
                 # more try on a new connection; a waiting acquire retries until
@@ -244,9 +248,8 @@ class Client:
         the ttl and judged by its own send time."""
         query, params = _core.renew_params(state)
         bound = state.ttl / 2
-        with self._conn(False, bound) as conn:
-            sent = monotonic()
-            row = self._query(conn, query, params, bound)
+        sent = monotonic()
+        row = self._run(False, query, params, bound)
         if row is None or monotonic() >= sent + state.ttl:
             return False
         if _core.all_true(row[0]):
@@ -267,8 +270,7 @@ class Client:
                 return None
             bound = left / 2
             try:
-                with self._conn(fresh, bound) as conn:
-                    row = self._query(conn, query, params, bound)
+                row = self._run(fresh, query, params, bound)
             except (psycopg.Error, OSError) as exc:
                 fresh = True  # retry on a new connection
                 left = state.time_left()
@@ -587,8 +589,7 @@ class Election:
 
     def leader(self) -> Optional[Leader]:
         """The current leader (its owner label and token), or None."""
-        with self.client._conn(False, self.client.connect_timeout) as conn:
-            row = self.client._query(conn, _core.SQL_LEADER, (self.name,), self.client.connect_timeout)
+        row = self.client._run(False, _core.SQL_LEADER, (self.name,), self.client.connect_timeout)
         return None if row is None else Leader(row[0], row[1])
 
     def observe(self, *, poll_interval: Optional[float] = None, listen: bool = True) -> "Observer":

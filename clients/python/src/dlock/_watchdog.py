@@ -43,7 +43,11 @@ class Watchdog:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="dlock watchdog", daemon=True)
                 self._thread.start()
-            heapq.heappush(self._heap, (g.when, next(self._seq), g))
+            heap = self._heap
+            if len(heap) > 4096:  # ended guards wait for their time: drop them now and then
+                heap[:] = [e for e in heap if not e[2].done]
+                heapq.heapify(heap)
+            heapq.heappush(heap, (g.when, next(self._seq), g))
             if g.when < self._wake_at:
                 self._wake_at = g.when
                 self._cond.notify()
@@ -59,8 +63,9 @@ class Watchdog:
     def _run(self) -> None:
         with self._cond:
             while True:
-                while self._heap and self._heap[0][2].done:
-                    heapq.heappop(self._heap)
+                # Ended guards are dropped when their time comes, not before:
+                # the thread then sleeps until the earliest bound however
+                # many short queries come and go meanwhile.
                 if not self._heap:
                     self._wake_at = float("inf")
                     self._cond.wait()
@@ -72,6 +77,8 @@ class Watchdog:
                     self._cond.wait(when - now)
                     continue
                 heapq.heappop(self._heap)
+                if g.done:
+                    continue
                 g.fired = True
                 g.done = True
                 _shutdown(g.conn)
