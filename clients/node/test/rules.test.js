@@ -54,3 +54,23 @@ test('rules: nothing of the client keeps the process alive once every lease is r
   const { code } = await within(3000, child.exited, 'the child to exit by itself');
   assert.equal(code, 0);
 });
+
+test('rules: expiresAt is the server expiry of the last grant or renew', async () => {
+  const cl = sharedCluster();
+  const d = new Dlock(cl.conninfo());
+  const lease = await d.acquire('rules:expires', { ttl: 1.5 });
+  const server = async () => (await cl.query("SELECT expires_at FROM dlock_leases WHERE lock_name = 'rules:expires'")).rows[0].expires_at.getTime();
+  // The server clock is read just after the call: never earlier than the grant (pg reads
+  // timestamps to the millisecond), later by the rest of the call (ms on a connection's first call).
+  const close = async (what) => {
+    const diff = lease.expiresAt.getTime() - await server();
+    assert.ok(diff >= -1 && diff < 100, `${what}: expiresAt - expires_at = ${diff} ms`);
+  };
+  await close('after the grant');
+  const before = lease.expiresAt.getTime();
+  while (lease.renewals < 1) await new Promise((r) => setTimeout(r, 20));
+  assert.ok(lease.expiresAt.getTime() > before, 'moved by the renewal');
+  await close('after a renewal');
+  assert.deepEqual(await lease.release(), { confirmed: true });
+  d.close();
+});
