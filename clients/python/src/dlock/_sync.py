@@ -74,14 +74,19 @@ class Client:
     pool's conninfo) or a conninfo string (the client then keeps a small pool
     of its own).  ``owner`` is the default owner label of its leases (None:
     the session's default, see ``dlock_acquire``).  ``connect_timeout`` bounds
-    every connection the client opens, in seconds.
+    every connection the client opens, in seconds.  ``prepare_threshold`` is
+    psycopg's, for the client's own pool (a conninfo string): pass None behind
+    PgBouncer before 1.21 in transaction mode.  The renewal connection never
+    prepares statements.
 
     Use it as a context manager, or call :meth:`close`; the module-level
     functions (:func:`dlock.lease` ...) use one shared client per pool.
     """
 
-    def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0):
+    def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0,
+                 prepare_threshold: Optional[int] = 5):
         self._conninfo, self._kwargs = _core.conninfo_of(pool)
+        self.prepare_threshold = prepare_threshold
         self._pool = None if isinstance(pool, str) else pool
         self._own_pool: Any = None
         self.owner = owner
@@ -159,7 +164,7 @@ class Client:
 
                 self._own_pool = ConnectionPool(
                     self._conninfo, min_size=1, max_size=8, name="dlock",
-                    kwargs={"autocommit": True, "prepare_threshold": None, **self._kwargs},
+                    kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold, **self._kwargs},
                     timeout=self.connect_timeout,
                 )
             return self._own_pool

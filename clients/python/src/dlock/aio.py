@@ -44,8 +44,10 @@ class Client:
     keeps a small pool of its own).  Use ``async with`` or ``await
     client.close()``."""
 
-    def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0):
+    def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0,
+                 prepare_threshold: Optional[int] = 5):
         self._conninfo, self._kwargs = _core.conninfo_of(pool)
+        self.prepare_threshold = prepare_threshold
         self._pool = None if isinstance(pool, str) else pool
         self._own_pool: Any = None
         self.owner = owner
@@ -95,7 +97,7 @@ class Client:
 
             pool = AsyncConnectionPool(
                 self._conninfo, min_size=1, max_size=8, name="dlock", open=False,
-                kwargs={"autocommit": True, "prepare_threshold": None, **self._kwargs},
+                kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold, **self._kwargs},
                 timeout=self.connect_timeout,
             )
             await pool.open()
