@@ -11,7 +11,7 @@ test('s8 switchover: primary stopped, standby promoted within a third of the ttl
   const standby = await startStandby(primary, 's8-standby');
   const conninfo = `host=127.0.0.1,127.0.0.1 port=${primary.port},${standby.port} user=postgres dbname=postgres target_session_attrs=read-write connect_timeout=2`;
   const d = new Dlock(conninfo);
-  const ttl = 9;
+  const ttl = 10;
   const lease = await d.acquire('s8:lease', { ttl });
   // The standby replays the lease row.
   await waitFor(async () => {
