@@ -37,3 +37,27 @@ def check_terminated(cluster, name: str) -> None:
 
 def test_s2_renewal_connection_terminated(cluster):
     check_terminated(cluster, "s2-terminated")
+
+
+def test_s2_renewal_connection_hung(cluster):
+    """A renewal connection that gets no answer (its backend stopped with
+    SIGSTOP, holding no lock) is abandoned after half the time left and the
+    renew is retried on a new connection: the lease survives."""
+    import os
+    import signal
+
+    ttl = 1.5
+    with dlock.Client(cluster.conninfo) as client, client.lease("s2-hung", ttl=ttl) as lease:
+        token = lease.token
+        wait_for(lambda: lease.renewals >= 1 and client.renewal_pid, 2, "the first renewal")
+        pid = client.renewal_pid
+        before = lease.renewals
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: lease.renewals >= before + 2, 10, "renewals on a new connection")
+            lease.check()
+            assert lease.token == token and client.renewal_pid not in (None, pid)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            cluster.sql("SELECT pg_terminate_backend(%s)", (pid,))
+    assert lease.confirmed is True

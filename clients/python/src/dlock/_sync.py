@@ -158,6 +158,8 @@ class Client:
     def _app_pool(self) -> Any:
         if self._pool is not None:
             return self._pool
+        if self._own_pool is not None:
+            return self._own_pool
         with self._lock:
             if self._own_pool is None:
                 from psycopg_pool import ConnectionPool
