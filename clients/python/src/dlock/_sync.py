@@ -85,6 +85,8 @@ class Client:
 
     def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0,
                  prepare_threshold: Optional[int] = 5):
+        if not isinstance(pool, str) and asyncio.iscoroutinefunction(getattr(pool, "getconn", None)):
+            raise TypeError("an AsyncConnectionPool needs the asyncio API: dlock.aio")
         self._conninfo, self._kwargs = _core.conninfo_of(pool)
         self.prepare_threshold = prepare_threshold
         self._pool = None if isinstance(pool, str) else pool

@@ -46,6 +46,9 @@ class Client:
 
     def __init__(self, pool: PoolLike, *, owner: Optional[str] = None, connect_timeout: float = 10.0,
                  prepare_threshold: Optional[int] = 5):
+        if not isinstance(pool, str) and not asyncio.iscoroutinefunction(getattr(pool, "getconn", None)):
+            raise TypeError("dlock.aio needs a psycopg_pool.AsyncConnectionPool or a conninfo string "
+                            "(a ConnectionPool goes with the synchronous API: dlock)")
         self._conninfo, self._kwargs = _core.conninfo_of(pool)
         self.prepare_threshold = prepare_threshold
         self._pool = None if isinstance(pool, str) else pool

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-__all__ = ["DlockError", "LeaseLost", "StaleToken", "NotAcquired", "STALE_SQLSTATE"]
+__all__ = ["DlockError", "LeaseLost", "StaleToken", "NotAcquired", "STALE_SQLSTATE", "is_stale"]
 
 #: The SQLSTATE with which dlock's fence rejects a token (``dlock_check``
 #: or the ``dlock_fence`` trigger).
