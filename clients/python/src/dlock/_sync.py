@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
+import json
 import math
 import select
 import threading
@@ -643,6 +644,8 @@ class Observer:
             got = self.next(None)
             if got is not None:
                 return got
+            if self._closed:
+                raise StopIteration
 
     def __enter__(self) -> "Observer":
         return self
@@ -722,8 +725,7 @@ class Observer:
         return None if row is None else row[0]
 
     def _handle(self, n: Tuple[str, str, int]) -> None:
-        import json
-
+        """One notification, checked by the listener's rule."""
         channel, payload, pid = n
         if channel != "dlock":
             return
