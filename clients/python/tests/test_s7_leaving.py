@@ -10,6 +10,7 @@ import asyncio
 import threading
 import time
 
+import psycopg_pool
 import pytest
 
 import dlock
@@ -22,15 +23,17 @@ class BodyError(Exception):
 
 
 def test_s7_exception_releases_sync(cluster):
-    with dlock.Client(cluster.conninfo) as client:
-        lease = client.lease("s7-exc-sync", ttl=2)
+    # Through the module-level function on an application's pool.
+    with psycopg_pool.ConnectionPool(cluster.conninfo, min_size=1, max_size=2) as pool:
+        lease = dlock.lease(pool, "s7-exc-sync", ttl=2, owner="s7")
         with pytest.raises(BodyError):
             with lease:
-                assert lease_row(cluster, "s7-exc-sync")[1] is True
+                assert lease_row(cluster, "s7-exc-sync")[1:] == (True, False, "s7")
                 raise BodyError("boom")
         assert lease.confirmed is True
         token, live, released, _ = lease_row(cluster, "s7-exc-sync")
         assert (token, live, released) == (lease.token, False, True)
+        dlock._sync._shared_client(pool).close()
 
 
 def test_s7_cancel_releases_sync(cluster):
@@ -79,14 +82,15 @@ def test_s7_progress_deadline_sync(cluster, children):
 
 def test_s7_exception_and_cancel_async(cluster):
     async def main():
-        async with dlock.aio.Client(cluster.conninfo) as client:
-            lease = client.lease("s7-exc-async", ttl=2)
+        async with psycopg_pool.AsyncConnectionPool(cluster.conninfo, min_size=1, max_size=2) as apool:
+            lease = dlock.aio.lease(apool, "s7-exc-async", ttl=2)
             with pytest.raises(BodyError):
                 async with lease:
                     raise BodyError("boom")
             assert lease.confirmed is True
             assert lease_row(cluster, "s7-exc-async")[2] is True
-
+            await dlock.aio._shared_client(apool).close()
+        async with dlock.aio.Client(cluster.conninfo) as client:
             entered = asyncio.Event()
             lease2 = client.lease("s7-cancel-async", ttl=2)
 
