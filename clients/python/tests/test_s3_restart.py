@@ -5,6 +5,7 @@ scheduling slack)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -27,9 +28,22 @@ def restarting(background):
 def test_s3_restart_and_outage(restarting):
     c = restarting
     with dlock.Client(c.conninfo) as client:
-        # A restart: the lease (ttl 6 s) survives it, renewed on a new connection.
+        # A restart: the lease (ttl 6 s) survives it, renewed on a new connection;
+        # a waiting acquire of another client rides through it too.
+        waiter: dict = {}
+
+        def wait_for_it() -> None:
+            try:
+                with dlock.Client(c.conninfo) as other, other.lease("s3-restart", ttl=2, wait=20) as got:
+                    waiter["token"] = got.token
+            except BaseException as e:  # reported below
+                waiter["error"] = e
+
         with client.lease("s3-restart", ttl=6) as lease:
             token = lease.token
+            thread = threading.Thread(target=wait_for_it)
+            thread.start()
+            wait_for(lambda: c.one("SELECT count(*) FROM dlock_waiters") == 1, 10, "the waiting acquire")
             t0 = time.monotonic()
             c.restart()
             took = time.monotonic() - t0
@@ -41,6 +55,9 @@ def test_s3_restart_and_outage(restarting):
             row = lease_row(c, "s3-restart")
             assert row[0] == token and row[1] is True
         assert lease.confirmed is True
+        thread.join(20)
+        assert "error" not in waiter, waiter
+        assert waiter["token"] > token
 
         # An outage past the ttl: lost at the deadline, not later (nor sooner).
         lost_at = []

@@ -59,6 +59,12 @@ def fence_errors() -> Iterator[None]:
         raise err from exc
 
 
+def _broken(conn: Any) -> bool:
+    """True when a connection can no longer be used (closed, or its server
+    side gone)."""
+    return bool(conn.closed) or conn.pgconn.status != pq.ConnStatus.OK
+
+
 def _retryable(exc: BaseException) -> bool:
     state = getattr(exc, "sqlstate", None)
     if state is None:
@@ -183,12 +189,19 @@ class Client:
         """One statement on a connection of the pool (``fresh``: on a new
         connection), bounded by ``bound`` seconds.  Returns its first row."""
         if not fresh:
+            start = monotonic()
             pool = self._pool if self._pool is not None else self._app_pool()
             conn = pool.getconn(timeout=min(bound, self.connect_timeout))
             try:
                 return self._query(conn, query, params, bound)
+            except psycopg.OperationalError:
+                # A pooled connection that the server closed meanwhile (a
+                # restart, a failover): once more on a new connection.
+                if not _broken(conn) or monotonic() - start >= bound:
+                    raise
             finally:
                 pool.putconn(conn)
+            bound -= monotonic() - start
         conn = self._direct(bound)
         try:
             return self._query(conn, query, params, bound)

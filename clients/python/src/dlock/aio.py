@@ -27,7 +27,7 @@ from psycopg import pq
 
 from . import _core
 from ._core import LeaseState, monotonic
-from ._sync import Leader, _retryable, _WAIT_CHUNK
+from ._sync import Leader, _broken, _retryable, _WAIT_CHUNK
 from .errors import DlockError, LeaseLost, NotAcquired, StaleToken
 
 __all__ = ["Client", "Lease", "Election", "Observer", "Leader", "lease", "lease_all", "permit",
@@ -114,16 +114,24 @@ class Client:
         return await asyncio.wait_for(
             psycopg.AsyncConnection.connect(self._conninfo, autocommit=True, prepare_threshold=None, **kwargs), b)
 
-    @contextlib.asynccontextmanager
-    async def _conn(self, fresh: bool, bound: float) -> AsyncIterator["psycopg.AsyncConnection[Any]"]:
+    async def _run(self, fresh: bool, query: str, params: Any, bound: float) -> Any:
+        """One statement on a connection of the pool (``fresh``: on a new
+        connection), bounded by ``bound`` seconds.  Returns its first row."""
         if not fresh:
+            start = monotonic()
             pool = await self._app_pool()
             async with pool.connection(timeout=min(bound, self.connect_timeout)) as conn:
-                yield conn
-            return
+                try:
+                    return await self._query(conn, query, params, bound)
+                except psycopg.OperationalError:
+                    # A pooled connection the server closed meanwhile: once
+                    # more on a new connection.
+                    if not _broken(conn) or monotonic() - start >= bound:
+                        raise
+            bound -= monotonic() - start
         conn = await self._direct(bound)
         try:
-            yield conn
+            return await self._query(conn, query, params, bound)
         finally:
             await conn.close()
 
@@ -161,9 +169,8 @@ class Client:
                                                 owner if owner is not None else self.owner)
             bound = this_wait + self.connect_timeout
             try:
-                async with self._conn(fresh, bound) as conn:
-                    sent = monotonic()
-                    row = await self._query(conn, query, params, bound)
+                sent = monotonic()
+                row = await self._run(fresh, query, params, bound)
             except (psycopg.Error, OSError, asyncio.TimeoutError) as exc:
                 retryable = _retryable(exc) or isinstance(exc, asyncio.TimeoutError)
                 if not (retryable and (not fresh or (wait > 0 and monotonic() < end))):
@@ -187,9 +194,8 @@ class Client:
         the ttl and judged by its own send time."""
         query, params = _core.renew_params(state)
         bound = state.ttl / 2
-        async with self._conn(False, bound) as conn:
-            sent = monotonic()
-            row = await self._query(conn, query, params, bound)
+        sent = monotonic()
+        row = await self._run(False, query, params, bound)
         if row is None or monotonic() >= sent + state.ttl:
             return False
         if _core.all_true(row[0]):
@@ -208,8 +214,7 @@ class Client:
                 return None
             bound = left / 2
             try:
-                async with self._conn(fresh, bound) as conn:
-                    row = await self._query(conn, query, params, bound)
+                row = await self._run(fresh, query, params, bound)
             except (psycopg.Error, OSError, asyncio.TimeoutError):
                 fresh = True
                 left = state.time_left()
@@ -451,8 +456,7 @@ class Election:
         """The current leader, or None."""
         c = self.client
         c._ensure_started()
-        async with c._conn(False, c.connect_timeout) as conn:
-            row = await c._query(conn, _core.SQL_LEADER, (self.name,), c.connect_timeout)
+        row = await c._run(False, _core.SQL_LEADER, (self.name,), c.connect_timeout)
         return None if row is None else Leader(row[0], row[1])
 
     def observe(self, *, poll_interval: Optional[float] = None, listen: bool = True) -> "Observer":
