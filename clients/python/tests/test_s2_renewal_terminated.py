@@ -31,6 +31,15 @@ def check_terminated(cluster, name: str) -> None:
         assert client.renewal_pid not in (None, pid)
         row = lease_row(cluster, name)
         assert row[0] == token and row[1] is True, row
+        # expires_at is the server's expiry of the last renew (to within microseconds).
+        # (A renew may commit between the reads: a few tries.)
+        def same_expiry() -> bool:
+            seen = [lease.expires_at]
+            server = cluster.one("SELECT expires_at FROM dlock_leases WHERE lock_name = %s", (name,))
+            seen.append(lease.expires_at)
+            return min(abs((server - e).total_seconds()) for e in seen) < 0.05
+
+        assert any(same_expiry() for _ in range(3)), "expires_at is not the server's"
     assert lease.confirmed is True
     assert lease_row(cluster, name)[2] is True  # released
 
