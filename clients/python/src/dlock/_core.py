@@ -225,6 +225,9 @@ class LeaseState:
     def add_signal(self, fn: Callable[[LeaseLost], None]) -> None:
         self._signals.append(fn)
 
+    def clear_signals(self) -> None:
+        self._signals = []
+
     def lose(self, reason: str) -> bool:
         """Marks the lease lost (once, and only while the scope is active),
         then runs the loss signals on the calling thread."""

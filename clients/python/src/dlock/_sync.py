@@ -550,6 +550,7 @@ class Lease:
         if st.active:
             st.check_clock()
         live = st.deactivate()
+        st.clear_signals()  # no more signals: and no reference cycle through them
         c._unregister(st)
         if not live:
             self._released = False

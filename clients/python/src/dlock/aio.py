@@ -387,6 +387,7 @@ class Lease:
         if st.active:
             st.check_clock()
         live = st.deactivate()
+        st.clear_signals()  # no more signals: and no reference cycle through them
         self._client._renewer.remove(st)
         if not live:
             self._released = False
