@@ -173,11 +173,20 @@ class Client:
             if self._own_pool is None:
                 from psycopg_pool import ConnectionPool
 
-                self._own_pool = ConnectionPool(
-                    self._conninfo, min_size=1, max_size=8, name="dlock",
+                pool = ConnectionPool(
+                    self._conninfo, min_size=1, max_size=8, name="dlock", open=False,
                     kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold, **self._kwargs},
                     timeout=self.connect_timeout,
                 )
+                # Its first connection is made before the first request, which
+                # then does not make the pool grow: one connection (and one
+                # server process) serves a sequential application.
+                try:
+                    pool.open(wait=True, timeout=self.connect_timeout)
+                except BaseException:
+                    pool.close()
+                    raise
+                self._own_pool = pool
             return self._own_pool
 
     def _direct(self, bound: float) -> "psycopg.Connection[Any]":

@@ -103,8 +103,15 @@ class Client:
                 kwargs={"autocommit": True, "prepare_threshold": self.prepare_threshold, **self._kwargs},
                 timeout=self.connect_timeout,
             )
-            await pool.open()
-            self._own_pool = pool
+            try:
+                await pool.open(wait=True, timeout=self.connect_timeout)
+            except BaseException:
+                await pool.close()
+                raise
+            if self._own_pool is not None:  # another task made one meanwhile
+                await pool.close()
+            else:
+                self._own_pool = pool
         return self._own_pool
 
     async def _direct(self, bound: float) -> "psycopg.AsyncConnection[Any]":
