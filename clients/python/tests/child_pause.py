@@ -7,7 +7,6 @@ usage: child_pause.py CONNINFO NAME TABLE MUTATION
 
 import json
 import sys
-import time
 
 import psycopg
 

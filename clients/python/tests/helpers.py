@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 
 def read_event(proc: subprocess.Popen, timeout: float, want: Optional[str] = None) -> Dict[str, Any]:

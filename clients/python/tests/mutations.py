@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Tuple
+from typing import Any, List, Tuple
 
 from dlock import _core
 

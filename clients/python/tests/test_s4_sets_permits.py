@@ -13,7 +13,6 @@ import psycopg
 import pytest
 
 import dlock
-from helpers import lease_row
 from pgcluster import wait_for
 
 

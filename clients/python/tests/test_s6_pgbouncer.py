@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 
-import psycopg
 import psycopg_pool
 import pytest
 

@@ -7,7 +7,6 @@ signalling and cancellation differ)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import psycopg_pool

@@ -20,4 +20,4 @@ __all__ = [
     "fence_errors", "DlockError", "LeaseLost", "StaleToken", "NotAcquired", "__version__",
 ]
 
-from . import aio  # noqa: E402  (dlock.aio, the asyncio API)
+from . import aio  # noqa: E402,F401  (dlock.aio, the asyncio API)

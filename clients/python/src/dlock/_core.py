@@ -16,7 +16,6 @@ import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psycopg
-from psycopg import sql as _sql  # noqa: F401  (re-exported for type checkers)
 
 from .errors import LeaseLost, StaleToken, STALE_SQLSTATE
 

@@ -21,7 +21,7 @@ from psycopg import pq
 from . import _core
 from ._core import LeaseState, monotonic
 from ._watchdog import Watchdog
-from .errors import DlockError, LeaseLost, NotAcquired, StaleToken
+from .errors import DlockError, LeaseLost, NotAcquired
 
 __all__ = ["Client", "Lease", "Election", "Observer", "Leader", "lease", "lease_all", "permit",
            "fence_errors"]
@@ -304,6 +304,8 @@ class Client:
             try:
                 row = self._run(fresh, query, params, bound)
             except (psycopg.Error, OSError) as exc:
+                _core.log.info("dlock: release of %s failed (%s: %s); retrying", state.names,
+                               type(exc).__name__, str(exc).strip())
                 fresh = True  # retry on a new connection
                 left = state.time_left()
                 if left <= 0:

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as _dt
 import json
 import math
-import sys
 import weakref
 from collections import deque
 from typing import (Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union)
@@ -222,7 +220,9 @@ class Client:
             bound = left / 2
             try:
                 row = await self._run(fresh, query, params, bound)
-            except (psycopg.Error, OSError, asyncio.TimeoutError):
+            except (psycopg.Error, OSError, asyncio.TimeoutError) as exc:
+                _core.log.info("dlock: release of %s failed (%s: %s); retrying", state.names,
+                               type(exc).__name__, str(exc).strip() or "no answer")
                 fresh = True
                 left = state.time_left()
                 if left <= 0:
