@@ -171,3 +171,35 @@ def test_s7_outer_cancel_of_lost_lease_async(cluster):
             assert lease.lost_reason == "no-progress"
 
     asyncio.run(main())
+
+
+def test_s7_cancel_during_waiting_acquire_async(cluster):
+    """Cancelling a scope while its acquire waits cancels the statement too:
+    the server does not grant the lease to the abandoned acquire later."""
+    name = "s7-cancel-waiting"
+
+    async def main():
+        async with dlock.aio.Client(cluster.conninfo) as client:
+            holder = client.lease(name, ttl=2)
+            async with holder:
+                waiter = asyncio.create_task(client.lease(name, ttl=5, wait=10).__aenter__())
+                for _ in range(200):
+                    if cluster.one("SELECT count(*) FROM dlock_waiters WHERE lock_name = %s", (name,)) == 1:
+                        break
+                    await asyncio.sleep(0.02)
+                else:
+                    pytest.fail("the acquire did not wait")
+                waiter.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await waiter
+                for _ in range(200):
+                    if cluster.one("SELECT count(*) FROM dlock_waiters WHERE lock_name = %s", (name,)) == 0:
+                        break
+                    await asyncio.sleep(0.02)
+                else:
+                    pytest.fail("the cancelled acquire still waits on the server")
+            assert holder.confirmed is True
+        # Released, and nobody took it.
+        assert lease_row(cluster, name)[1:3] == (False, True)
+
+    asyncio.run(main())

@@ -35,6 +35,13 @@ PoolLike = Any  # a psycopg_pool.AsyncConnectionPool, or a conninfo string
 OnLost = Callable[[LeaseLost], None]
 
 
+def _cancel_quietly(canceller: Any) -> None:
+    try:
+        canceller.cancel()
+    except Exception:
+        pass
+
+
 class Client:
     """An asyncio dlock client: one renewal task and connection (in the loop
     that first uses it) serving all its leases.  ``pool`` is a
@@ -150,8 +157,15 @@ class Client:
             cur = await asyncio.wait_for(conn.execute(query, params), max(0.001, bound))
             return await cur.fetchone()
         except BaseException:
-            # No answer in time, or cancelled: the connection is in an unknown state.
+            # No answer in time, or cancelled: the statement may still run (a
+            # waiting acquire would still take the lease): cancel it, without
+            # waiting for the server, and close the connection.
             if conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+                try:
+                    canceller = conn.pgconn.get_cancel()
+                    asyncio.get_running_loop().run_in_executor(None, _cancel_quietly, canceller)
+                except Exception:
+                    pass
                 await conn.close()
             raise
         finally:
