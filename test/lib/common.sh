@@ -28,13 +28,13 @@ PGXS_DIR=
 # from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl,
 # patroni and etcd-server for test/t/050_patroni.pl, the python3-*
 # packages for the Python client (clients/python: psycopg 3, its pool,
-# pytest, and pip for its offline install test).
+# pytest, pip for its offline install test, mypy for its type check).
 DLOCK_PACKAGES=(
     make gcc
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
     pgbouncer prometheus-postgres-exporter patroni etcd-server
-    python3-psycopg python3-psycopg-pool python3-pytest python3-pip
+    python3-psycopg python3-psycopg-pool python3-pytest python3-pip mypy
 )
 
 # Packages whose installation starts a system service the tests neither
