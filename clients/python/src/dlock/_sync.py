@@ -33,6 +33,10 @@ OnLost = Callable[[LeaseLost], None]
 # ever (campaign without a wait): the call is repeated.
 _WAIT_CHUNK = 300.0
 
+# The idle connections of a client's own pool kept at hand are handed back
+# to the pool this often (seconds).
+_IDLE_KEEP = 60.0
+
 
 @dataclass(frozen=True)
 class Leader:
@@ -98,6 +102,8 @@ class Client:
         self.prepare_threshold = prepare_threshold
         self._pool = None if isinstance(pool, str) else pool
         self._own_pool: Any = None
+        self._idle: List["psycopg.Connection[Any]"] = []  # of the own pool, see _give_back
+        self._idle_until = monotonic() + _IDLE_KEEP
         self.owner = owner
         self.connect_timeout = float(connect_timeout)
         self._renewer = _core.Renewer(self._conninfo, self._kwargs, self.connect_timeout)
@@ -123,6 +129,7 @@ class Client:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
             own, self._own_pool = self._own_pool, None
+            idle, self._idle = self._idle, []
         if loop is not None and thread is not None:
             try:
                 asyncio.run_coroutine_threadsafe(self._renewer.close(), loop).result(5)
@@ -131,9 +138,14 @@ class Client:
             loop.call_soon_threadsafe(loop.stop)
             thread.join(5)
         if own is not None:
+            for conn in idle:
+                own.putconn(conn)
             own.close()
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        running = self._loop
+        if running is not None:  # no lock needed (close() clears it first)
+            return running
         with self._lock:
             if self._closed:
                 raise DlockError("the dlock client is closed")
@@ -189,6 +201,26 @@ class Client:
                 self._own_pool = pool
             return self._own_pool
 
+    def _give_back(self, conn: "psycopg.Connection[Any]", ok: bool, now: float) -> None:
+        """Returns a connection of the client's own pool: to the idle ones
+        kept at hand after a statement that succeeded, to the pool (which
+        checks, resets or replaces it) otherwise, and all of them every
+        minute (the pool's max_lifetime and max_idle then apply)."""
+        own = self._own_pool
+        if own is None or self._closed:
+            conn.close()  # the client was closed meanwhile
+            return
+        if now >= self._idle_until:
+            self._idle_until = now + _IDLE_KEEP
+            idle, self._idle = self._idle, []
+            for c in idle:
+                own.putconn(c)
+            ok = False
+        if ok and not conn.closed:
+            self._idle.append(conn)
+        else:
+            own.putconn(conn)
+
     def _direct(self, bound: float) -> "psycopg.Connection[Any]":
         kwargs = dict(self._kwargs)
         kwargs.setdefault("connect_timeout", max(2, math.ceil(min(bound, self.connect_timeout))))
@@ -199,17 +231,32 @@ class Client:
         connection), bounded by ``bound`` seconds.  Returns its first row."""
         if not fresh:
             start = monotonic()
-            pool = self._pool if self._pool is not None else self._app_pool()
-            conn = pool.getconn(timeout=min(bound, self.connect_timeout))
+            pool = self._pool
+            if pool is None:
+                # The client's own pool: its idle connections are kept at hand
+                # (no pool bookkeeping per statement); see _give_back.
+                try:
+                    conn = self._idle.pop()
+                except IndexError:
+                    pool = self._app_pool()
+                    conn = pool.getconn(timeout=min(bound, self.connect_timeout))
+            else:
+                conn = pool.getconn(timeout=min(bound, self.connect_timeout))
+            ok = False
             try:
-                return self._query(conn, query, params, bound)
+                row = self._query(conn, query, params, bound)
+                ok = True
+                return row
             except psycopg.OperationalError:
                 # A pooled connection that the server closed meanwhile (a
                 # restart, a failover): once more on a new connection.
                 if not _broken(conn) or monotonic() - start >= bound:
                     raise
             finally:
-                pool.putconn(conn)
+                if self._pool is not None:
+                    self._pool.putconn(conn)
+                else:
+                    self._give_back(conn, ok, start)
             bound -= monotonic() - start
         conn = self._direct(bound)
         try:
@@ -356,6 +403,9 @@ class Client:
         return Election(self, name, ttl, owner=owner)
 
 
+_lost_lock = threading.Lock()
+
+
 class _LostEvent(threading.Event):
     """The lease's ``lost`` event: ``is_set()`` reads the clock first, so a
     process paused past its deadline sees the loss before the renewal thread
@@ -410,13 +460,25 @@ class Lease:
             raise ValueError("progress_timeout must be a positive number of seconds")
         self.progress_timeout = progress_timeout
         self._state: Optional[LeaseState] = None
-        self.lost: threading.Event = _LostEvent()  # its state is set on entering
+        self._lost: Optional[_LostEvent] = None  # made when first needed (see lost)
         #: After the scope: True when the release returned true, else False.
         self.confirmed: bool = False
         self._released: Optional[bool] = None  # the release's outcome once done
         self._entered = False
 
     # -- what the body sees
+
+    @property
+    def lost(self) -> threading.Event:
+        """A ``threading.Event`` set at once when the lease is lost (made on
+        first use: most scopes never look at it)."""
+        ev = self._lost
+        if ev is None:
+            with _lost_lock:
+                ev = self._lost
+                if ev is None:
+                    ev = self._lost = _LostEvent(self._state)
+        return ev
 
     @property
     def _st(self) -> LeaseState:
@@ -550,7 +612,9 @@ class Lease:
                 raise NotAcquired(names, self.wait, f"{names!r}: the database took more than a third of "
                                                     f"the ttl ({self.ttl:g} s) to answer; use a longer ttl")
             tries += 1
-        self.lost._state = st  # type: ignore[attr-defined]
+        with _lost_lock:
+            if self._lost is not None:
+                self._lost._state = st
         st.add_signal(self._signal)
         c._register(st)
         return self
