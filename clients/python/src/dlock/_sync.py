@@ -890,8 +890,11 @@ def _shared_client(pool: PoolLike) -> Client:
     """The client the module-level functions share for ``pool`` (one per pool
     object, or per conninfo string)."""
     table: Any = _shared_by_conninfo if isinstance(pool, str) else _shared_by_pool
+    c: Optional[Client] = table.get(pool)  # the common case needs no lock
+    if c is not None and not c._closed:
+        return c
     with _shared_lock:
-        c: Optional[Client] = table.get(pool)
+        c = table.get(pool)
         if c is None or c._closed:
             c = table[pool] = Client(pool)
         return c
