@@ -17,6 +17,7 @@ from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequen
 
 import psycopg
 from psycopg import pq
+from psycopg.rows import tuple_row
 
 from . import _core
 from ._core import LeaseState, monotonic
@@ -272,10 +273,16 @@ class Client:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.rollback()
             conn.autocommit = True
+        # One cursor per connection, kept on it: making a cursor (and its
+        # adapters' caches) for each statement costs more than the statement
+        # takes in the client.
+        cur = conn.__dict__.get("_dlock_cursor")
+        if cur is None:
+            cur = conn._dlock_cursor = conn.cursor(row_factory=tuple_row)  # type: ignore[attr-defined]
         watchdog = self._watchdog
         guard = watchdog.arm(conn, bound)
         try:
-            return conn.execute(query, params).fetchone()
+            return cur.execute(query, params).fetchone()
         finally:
             if watchdog.disarm(guard):
                 conn.close()
