@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import (Any, Callable, Deque, Dict, Iterator, List, Optional, Sequence, Tuple, Union)
 
 import psycopg
-from psycopg import pq
+from psycopg import errors as _pg_errors, generators as _generators, pq
 from psycopg.rows import tuple_row
 
 from . import _core
@@ -68,6 +68,71 @@ def _broken(conn: Any) -> bool:
     """True when a connection can no longer be used (closed, or its server
     side gone)."""
     return bool(conn.closed) or conn.pgconn.status != pq.ConnStatus.OK
+
+
+# The two statements of every scope (the common acquire and the release of one
+# name) are sent through libpq directly, in text: a psycopg cursor's
+# adaptation of parameters and rows costs more than the statement takes in the
+# client.  They are prepared on first use on a connection (under names of
+# their own) unless its prepare_threshold is None (PgBouncer before 1.21 in
+# transaction mode): then sent unnamed.  A statement found gone (a DISCARD, a
+# DEALLOCATE) is prepared again.
+_LOW_ACQUIRE = ("SELECT dlock_acquire($1::text, make_interval(secs => $2::float8)), "
+                "date_part('epoch', clock_timestamp()) + $3::float8").encode()
+_LOW_RELEASE = b"SELECT dlock_release($1::text, $2::bigint)"
+_LOW_NAMES = {_LOW_ACQUIRE: b"_dlock_acquire_1", _LOW_RELEASE: b"_dlock_release_1"}
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_execute_gen = _generators.execute
+
+
+def _low_exec(conn: "psycopg.Connection[Any]", sql: bytes, args: List[bytes], enc: str) -> Any:
+    pgconn = conn.pgconn
+    if conn.prepare_threshold is None:
+        with conn.lock:
+            pgconn.send_query_params(sql, args)
+            return conn.wait(_execute_gen(pgconn))[-1]
+    name = _LOW_NAMES[sql]
+    prepared: Any = conn.__dict__.get("_dlock_prepared")
+    if prepared is None:
+        prepared = conn._dlock_prepared = set()  # type: ignore[attr-defined]
+    for _ in range(2):
+        with conn.lock:
+            if name not in prepared:
+                pgconn.send_prepare(name, sql)
+                res = conn.wait(_execute_gen(pgconn))[-1]
+                if res.status != _COMMAND_OK and res.error_field(pq.DiagnosticField.SQLSTATE) != b"42P05":
+                    raise _pg_errors.error_from_result(res, encoding=enc)
+                prepared.add(name)
+            pgconn.send_query_prepared(name, args)
+            res = conn.wait(_execute_gen(pgconn))[-1]
+        if res.status == _TUPLES_OK or res.error_field(pq.DiagnosticField.SQLSTATE) != b"26000":
+            return res
+        prepared.discard(name)  # deallocated meanwhile: prepared again
+    return res
+
+
+def _low(conn: "psycopg.Connection[Any]", query: str, params: Any) -> Any:
+    """The first row of _LOW_ACQUIRE or _LOW_RELEASE (``query`` is the
+    psycopg form, SQL_ACQUIRE_NOW or SQL_RELEASE), with the values psycopg
+    would have loaded; database errors are raised as psycopg raises them."""
+    enc = conn.info.encoding
+    release = query is _core.SQL_RELEASE
+    if release:
+        sql, args = _LOW_RELEASE, [params[0].encode(enc), str(int(params[1])).encode()]
+    else:
+        sql, args = _LOW_ACQUIRE, [params[0].encode(enc), repr(float(params[1])).encode(),
+                                   repr(float(params[2])).encode()]
+    res = _low_exec(conn, sql, args, enc)
+    if res.status != _TUPLES_OK:
+        raise _pg_errors.error_from_result(res, encoding=enc)
+    if res.ntuples == 0:
+        return None
+    v = res.get_value(0, 0)
+    if release:
+        return (None if v is None else v == b"t",)
+    e = res.get_value(0, 1)
+    return (None if v is None else int(v), None if e is None else float(e))
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -232,7 +297,7 @@ class Client:
         connection), bounded by ``bound`` seconds.  Returns its first row."""
         if not fresh:
             start = monotonic()
-            pool = self._pool
+            app = pool = self._pool
             if pool is None:
                 # The client's own pool: its idle connections are kept at hand
                 # (no pool bookkeeping per statement); see _give_back.
@@ -254,8 +319,8 @@ class Client:
                 if not _broken(conn) or monotonic() - start >= bound:
                     raise
             finally:
-                if self._pool is not None:
-                    self._pool.putconn(conn)
+                if app is not None:
+                    app.putconn(conn)
                 else:
                     self._give_back(conn, ok, start)
             bound -= monotonic() - start
@@ -273,15 +338,17 @@ class Client:
             if conn.info.transaction_status != pq.TransactionStatus.IDLE:
                 conn.rollback()
             conn.autocommit = True
-        # One cursor per connection, kept on it: making a cursor (and its
-        # adapters' caches) for each statement costs more than the statement
-        # takes in the client.
-        cur = conn.__dict__.get("_dlock_cursor")
-        if cur is None:
-            cur = conn._dlock_cursor = conn.cursor(row_factory=tuple_row)  # type: ignore[attr-defined]
         watchdog = self._watchdog
         guard = watchdog.arm(conn, bound)
         try:
+            if query is _core.SQL_ACQUIRE_NOW or query is _core.SQL_RELEASE:
+                return _low(conn, query, params)
+            # One cursor per connection, kept on it: making a cursor (and its
+            # adapters' caches) for each statement costs more than the
+            # statement takes in the client.
+            cur = conn.__dict__.get("_dlock_cursor")
+            if cur is None:
+                cur = conn._dlock_cursor = conn.cursor(row_factory=tuple_row)  # type: ignore[attr-defined]
             return cur.execute(query, params).fetchone()
         finally:
             if watchdog.disarm(guard):
@@ -623,7 +690,7 @@ class Lease:
             if self._lost is not None:
                 self._lost._state = st
         st.add_signal(self._signal)
-        c._register(st)
+        c._renewer.add_threadsafe(st, c._ensure_loop())
         return self
 
     def _finish(self) -> None:
@@ -633,7 +700,7 @@ class Lease:
             st.check_clock()
         live = st.deactivate()
         st.clear_signals()  # no more signals: and no reference cycle through them
-        c._unregister(st)
+        c._renewer.remove_threadsafe(st)
         if not live:
             self._released = False
             self.confirmed = False
