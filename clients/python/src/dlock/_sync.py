@@ -153,8 +153,11 @@ class Client:
     the session's default, see ``dlock_acquire``).  ``connect_timeout`` bounds
     every connection the client opens, in seconds.  ``prepare_threshold`` is
     psycopg's, for the client's own pool (a conninfo string): pass None behind
-    PgBouncer before 1.21 in transaction mode.  The renewal connection never
-    prepares statements.
+    PgBouncer before 1.21 in transaction mode.  A connection whose
+    prepare_threshold is not None also gets the acquire and the release
+    prepared on first use, under names of their own (``_dlock_acquire_1``,
+    ``_dlock_release_1``).  The renewal connection never prepares
+    statements.
 
     Use it as a context manager, or call :meth:`close`; the module-level
     functions (:func:`dlock.lease` ...) use one shared client per pool.
