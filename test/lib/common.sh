@@ -27,8 +27,8 @@ PGXS_DIR=
 # always there: it is the default server, and the pg_upgrade test upgrades
 # from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl,
 # patroni and etcd-server for test/t/050_patroni.pl, the python3-*
-# packages for the Python client (clients/python: psycopg 3, its pool,
-# pytest, pip for its offline install test, mypy for its type check).
+# packages and mypy for the Python client (clients/python: psycopg 3, its
+# pool, pytest, pip for its offline install test, mypy for its type check).
 DLOCK_PACKAGES=(
     make gcc
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
