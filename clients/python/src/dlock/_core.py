@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import json
 import logging
 import math
 import threading
@@ -162,6 +163,32 @@ def translate_stale(error: BaseException) -> BaseException:
         st.__cause__ = error
         return st
     return error
+
+
+# ---- events, for the observers of an election --------------------------
+
+
+def event_action(payload: str, name: str, last_token: int) -> Optional[Tuple[bool, Optional[int]]]:
+    """What an accepted ``dlock`` event (its sender already checked by the
+    listener's rule) asks of an observer of ``name`` whose last reported
+    token is ``last_token``: None (nothing), or ``(forget_notifier,
+    event_token)``: read the view again, after forgetting the notifier's pid
+    when it is exiting (``notifier_exit``); ``event_token`` is the token of
+    a grant on ``name`` (None after ``overflow`` or ``notifier_exit``)."""
+    try:
+        ev = json.loads(payload)
+    except ValueError:
+        return None
+    kind = ev.get("event")
+    if kind == "notifier_exit":
+        return True, None
+    if kind == "overflow":
+        return False, None
+    token = ev.get("token")
+    if (kind in ("acquired", "taken_over") and ev.get("lock_name") == name
+            and isinstance(token, int) and token > last_token):
+        return False, token
+    return None
 
 
 # ---- the state of one lease (one name, a set, or a permit) ---------------

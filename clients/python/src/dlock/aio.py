@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import math
 import weakref
 from collections import deque
@@ -617,19 +616,12 @@ class Observer:
             self._notifier = None if row is None else row[0]
             if pid != self._notifier:
                 return
-        try:
-            ev = json.loads(payload)
-        except ValueError:
-            return
-        kind = ev.get("event")
-        if kind == "notifier_exit":
-            self._notifier = None
-            await self._read_view(None)
-        elif kind == "overflow":
-            await self._read_view(None)
-        elif ev.get("lock_name") == self._e.name and isinstance(ev.get("token"), int):
-            if kind in ("acquired", "taken_over") and ev["token"] > self._last_token:
-                await self._read_view(ev["token"])
+        action = _core.event_action(payload, self._e.name, self._last_token)
+        if action is not None:
+            forget, event_token = action
+            if forget:
+                self._notifier = None
+            await self._read_view(event_token)
 
     async def _read_view(self, event_token: Optional[int]) -> None:
         assert self._query_conn is not None
