@@ -59,6 +59,7 @@
 #define OPT_WAITERS		(1 << 9)
 #define OPT_STATS		(1 << 10)
 #define OPT_JSON		(1 << 11)
+#define OPT_WATCHDOG	(1 << 12)
 /* the options of every command, which may also precede the command name */
 #define OPT_CONN		(OPT_DBNAME | OPT_SCHEMA | OPT_TIMEOUT)
 
@@ -75,6 +76,7 @@ static const OptionDef option_defs[] = {
 	{"wait", 0, OPT_WAIT, true},
 	{"owner", 0, OPT_OWNER, true},
 	{"kill-after", 0, OPT_KILL_AFTER, true},
+	{"watchdog", 0, OPT_WATCHDOG, true},
 	{"dbname", 'd', OPT_DBNAME, true},
 	{"schema", 0, OPT_SCHEMA, true},
 	{"timeout", 0, OPT_TIMEOUT, true},
@@ -107,10 +109,10 @@ const char *dlock_needs_1_2 = NULL;
 
 static const Command commands[] = {
 	{"run",
-		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [--timeout DUR] [-d CONNINFO] NAME -- CMD [ARG...]\n"
+		"dlock run [--ttl DUR] [--wait DUR] [--owner TEXT] [--kill-after DUR] [--watchdog DUR] [--timeout DUR] [-d CONNINFO] NAME -- CMD [ARG...]\n"
 		"       dlock run [OPTION]... --slots N NAME -- CMD [ARG...]\n"
 		"       dlock run [OPTION]... --all NAME... -- CMD [ARG...]",
-		OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_KILL_AFTER | OPT_ALL | OPT_SLOTS,
+		OPT_CONN | OPT_TTL | OPT_WAIT | OPT_OWNER | OPT_KILL_AFTER | OPT_WATCHDOG | OPT_ALL | OPT_SLOTS,
 	1, 1, DlockRun},
 	{"acquire",
 		"dlock acquire [--ttl DUR] [--wait DUR] [--owner TEXT] [--timeout DUR] [-d CONNINFO] NAME\n"
@@ -154,12 +156,14 @@ static const char help_text[] =
 "Commands:\n"
 "  run      Acquire the lease NAME, run CMD with DLOCK_NAME and DLOCK_TOKEN\n"
 "           (its fencing token) in its environment, renew the lease every\n"
-"           ttl/3 while CMD runs, release it when CMD exits, and exit with\n"
-"           CMD's status.  If the lease is lost, CMD gets SIGTERM, then\n"
-"           SIGKILL after --kill-after, and dlock exits 76.  SIGHUP, SIGINT,\n"
-"           SIGQUIT, SIGTERM, SIGUSR1 and SIGUSR2 sent to dlock are passed on\n"
-"           to CMD; the lease is released after CMD exits.  Options go before\n"
-"           \"--\" (or before CMD); everything after \"--\" is CMD.\n"
+"           ttl/3 while CMD runs, release it once CMD and every process it\n"
+"           started have exited, and exit with CMD's status.  If the lease\n"
+"           is lost, CMD and every process it started get SIGTERM, then\n"
+"           SIGKILL after --kill-after, and dlock exits 76.  SIGTERM sent to\n"
+"           dlock stops them the same way, the lease held meanwhile; SIGHUP,\n"
+"           SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to CMD.\n"
+"           Options go before \"--\" (or before CMD); everything after \"--\"\n"
+"           is CMD.\n"
 "           With --slots N: one of the N permits NAME:1 ... NAME:N, the first\n"
 "           free one.  With --all: every NAME or none, renewed together; if\n"
 "           one of them is lost, CMD is stopped as for a lost lease (exit\n"
@@ -193,8 +197,14 @@ static const char help_text[] =
 "      --owner=TEXT        the owner label shown by status and dlock_leases\n"
 "                          (run, acquire; default \"dlock run HOST pid PID\",\n"
 "                          \"dlock acquire HOST ppid PPID\")\n"
-"      --kill-after=DUR    run: after a lost lease, SIGKILL CMD if it is still\n"
-"                          running DUR after SIGTERM (default 10s; 0: at once)\n"
+"      --kill-after=DUR    run: SIGKILL what is left of CMD's processes DUR\n"
+"                          after their SIGTERM (default 10s; 0: at once); if\n"
+"                          the lease is not renewed, SIGTERM comes\n"
+"                          min(DUR, ttl/3) before its deadline and SIGKILL at\n"
+"                          the deadline\n"
+"      --watchdog=DUR      run: give CMD NOTIFY_SOCKET and WATCHDOG_USEC as\n"
+"                          systemd does; if no WATCHDOG=1 comes for DUR, stop\n"
+"                          renewing, stop CMD's processes, release, exit 80\n"
 "      --timeout=DUR       give up on a call (run: the acquire) that gets no\n"
 "                          answer within DUR: cancel it on the server, exit 69\n"
 "                          (default 30s plus --wait)\n"
@@ -232,12 +242,17 @@ static const char help_text[] =
 "after CMD exited returned true; when it got no answer in time, only errors\n"
 "(a read-only server, after a failover) or a signal, it exits 79.  With\n"
 "--wait, a lost connection or a read-only server is retried until --wait runs\n"
-"out.  CMD starts only with at least 2/3 of the ttl left.  If\n"
-"dlock itself is killed, CMD gets SIGTERM (Linux).  Signals sent by a\n"
-"terminal (Ctrl-C) reach CMD directly, as it runs in dlock's process\n"
-"group, and are not passed on a second time.  dlock signals CMD's process\n"
-"only: a CMD that starts other processes should pass signals on (in a\n"
-"shell script, exec the last command).\n"
+"out.  CMD starts only with at least 2/3 of the ttl left.\n"
+"\n"
+"What dlock run stops: CMD and every process it started (on Linux, also\n"
+"daemons that double-fork and call setsid: a keeper process, a child\n"
+"subreaper, adopts them), when the lease is lost, when no renew succeeded\n"
+"by min(--kill-after, ttl/3) before the deadline (SIGKILL at the\n"
+"deadline, so the job is gone before the lease can expire), when dlock\n"
+"gets SIGTERM, when CMD exits and leaves processes behind, and when dlock\n"
+"itself is killed (then SIGKILL within 0.5s).  Signals sent by a terminal\n"
+"(Ctrl-C, Ctrl-Z) reach the job directly, as it runs in dlock's process\n"
+"group, and are not passed on a second time.\n"
 "\n"
 "Exit status:\n"
 "  0        success\n"
@@ -262,11 +277,14 @@ static const char help_text[] =
 "           or the database answered too slowly for the ttl, before CMD\n"
 "           could start; CMD not started, nothing held\n"
 "  76       run: the lease (--all: one of the set) was lost while CMD ran,\n"
-"           or before dlock could release it; CMD was stopped\n"
+"           or before dlock could release it, or could not be renewed in\n"
+"           time; CMD was stopped\n"
 "  79       run: CMD ended, but no release confirmed the lease (no answer\n"
 "           before its deadline, a read-only server, a signal): its fate is\n"
 "           unknown, CMD's writes may have been fenced off; CMD's status is\n"
 "           on stderr\n"
+"  80       run --watchdog: CMD sent no WATCHDOG=1 in time (or\n"
+"           WATCHDOG=trigger) and was stopped\n"
 "  128+S    interrupted by signal S during a call, which is cancelled on\n"
 "           the server (run: before CMD started)\n"
 "\n"
@@ -423,6 +441,11 @@ parse_option(int argc, char **argv, int i, const Command *cmd, DlockOptions *opt
 			break;
 		case OPT_KILL_AFTER:
 			parse_duration(cmd, def->long_name, value, &opt->kill_after_ms);
+			break;
+		case OPT_WATCHDOG:
+			parse_duration(cmd, def->long_name, value, &opt->watchdog_ms);
+			if (opt->watchdog_ms <= 0)
+				usage_error(cmd, "--watchdog must be at least 1ms");
 			break;
 		case OPT_TIMEOUT:
 			parse_duration(cmd, def->long_name, value, &opt->timeout_ms);

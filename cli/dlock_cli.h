@@ -5,9 +5,10 @@
  *
  * The tool is one single-threaded process.  Asynchronous events (signals,
  * the child's exit, database answers) reach it through one poll() loop:
- * signal handlers only write a record into a self-pipe (cli/signals.c) or,
- * for the lease backstop in cli/run.c, send one kill(); everything else
- * runs in the main flow.  Nothing here is shared between threads.
+ * signal handlers only write a record into a self-pipe (cli/signals.c);
+ * everything else runs in the main flow.  Nothing here is shared between
+ * threads.  dlock run adds one process, the keeper (cli/keeper.c), which
+ * talks to dlock through two pipes only.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -21,6 +22,7 @@
 #include <stdint.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/types.h>
 
 #include "libpq-fe.h"
 
@@ -42,6 +44,8 @@
 #define DLOCK_EXIT_UNCONFIRMED	79	/* run: CMD ended, but no release
 									 * confirmed the lease (no sysexits
 									 * value: none means this) */
+#define DLOCK_EXIT_WATCHDOG		80	/* run --watchdog: CMD sent no WATCHDOG=1
+									 * in time and was stopped */
 
 /* Defaults of the options. */
 #define DLOCK_DEFAULT_TTL_MS		30000
@@ -64,6 +68,7 @@ typedef struct DlockOptions
 	int64_t		ttl_ms;
 	int64_t		wait_ms;
 	int64_t		kill_after_ms;
+	int64_t		watchdog_ms;	/* run --watchdog: 0 when not asked for */
 	int64_t		timeout_ms;		/* --timeout: the longest wait for an answer */
 	const char *name;			/* NAME (the first one, with --all) */
 	const char **names;			/* run, acquire: every NAME, in order */
@@ -124,6 +129,53 @@ typedef struct DlockLink
 	char		errmsg[1024];	/* the last failure, one line */
 } DlockLink;
 
+/*
+ * The keeper of dlock run (cli/keeper.c): the process between dlock and
+ * CMD that owns CMD's whole process tree.
+ */
+typedef struct DlockKeeperSetup
+{
+	void		(*exec_cmd) (void *arg);	/* in CMD's process; must not
+											 * return */
+	void	   *exec_arg;
+	void		(*cleanup) (void);	/* in the keeper, after dlock's death */
+	int64_t		deadline;		/* the lease's local deadline (DlockNow) */
+	int64_t		grace_ms;		/* SIGTERM this long before the deadline */
+	int64_t		margin_ms;		/* SIGKILL this long before the deadline */
+	int64_t		kill_after_ms;	/* --kill-after */
+	int			close_fd;		/* dlock's descriptors the keeper must not */
+	int			close_fd2;		/* hold, or -1 */
+} DlockKeeperSetup;
+
+typedef struct DlockKeeper
+{
+	pid_t		pid;			/* the keeper */
+	pid_t		cmd;			/* CMD */
+	int			ctl;			/* write end: dlock -> keeper */
+	int			report;			/* read end: keeper -> dlock */
+} DlockKeeper;
+
+/* Messages: dlock -> keeper, keeper -> dlock (cli/keeper.c's header). */
+#define KEEPER_DEADLINE		1	/* b: the new deadline */
+#define KEEPER_SIGNAL		2	/* a: a signal for CMD */
+#define KEEPER_STOP			3	/* SIGTERM the tree; b: SIGKILL time */
+#define KEEPER_STARTED		4	/* a: CMD's pid, or -errno */
+#define KEEPER_TERM			5	/* a: why (below); b: how many processes */
+#define KEEPER_KILL			6	/* b: how many processes got SIGKILL */
+
+#define KEEPER_WHY_DEADLINE	1	/* no renew by the deadline - grace */
+#define KEEPER_WHY_LEFTOVER	2	/* CMD exited, its processes had not */
+
+/* The watchdog of dlock run --watchdog (cli/notify.c). */
+typedef struct DlockNotify
+{
+	int			fd;				/* the socket, or -1 */
+	int64_t		timeout_ms;		/* WATCHDOG_USEC, in ms */
+	int64_t		last_ping;		/* the last WATCHDOG=1 (or CMD's start) */
+	int64_t		pings;
+	bool		triggered;		/* WATCHDOG=trigger */
+} DlockNotify;
+
 /* util.c */
 extern const char *dlock_progname;
 extern void *DlockAlloc(size_t size);
@@ -148,6 +200,25 @@ extern const char *DlockSignalName(int signo);
 extern void DlockSignalsBlock(sigset_t *old);
 extern void DlockSignalsUnblock(const sigset_t *old);
 extern void DlockSignalsRestoreInChild(void);
+extern void DlockSignalsReinit(void);
+
+/* keeper.c */
+extern bool DlockKeeperStart(DlockKeeper *kp, const DlockKeeperSetup *setup);
+extern void DlockKeeperSend(DlockKeeper *kp, int type, int a, int64_t b);
+extern bool DlockKeeperNext(DlockKeeper *kp, int *type, int *a, int64_t *b);
+extern void DlockKeeperClose(DlockKeeper *kp);
+extern int	DlockTreeSignal(pid_t root, pid_t only, int sig);
+extern void DlockTreeEnd(int64_t bound_ms);
+
+/* notify.c */
+extern bool DlockNotifyOpen(DlockNotify *n, int64_t timeout_ms, char *err,
+							size_t len);
+extern bool DlockNotifySetEnv(const DlockNotify *n);
+extern void DlockNotifySetPid(void);
+extern void DlockNotifyRead(DlockNotify *n, int64_t now);
+extern int64_t DlockNotifyDue(const DlockNotify *n);
+extern void DlockNotifyClose(DlockNotify *n);
+extern void DlockNotifyCleanup(void);
 
 /* conn.c */
 extern void DlockConnInit(const DlockOptions *opt);

@@ -5,33 +5,42 @@
  *	  command under it, renew it while the command runs, release it when
  *	  the command exits, and stop the command when the lease is lost.
  *
- * Process model.  One dlock process, one child (CMD), no threads.  dlock
- * forks CMD with DLOCK_NAME and DLOCK_TOKEN in its environment (and the
- * other variables of cli/leases.c, DlockLeasesSetEnv), in
- * dlock's own process group (so a terminal's Ctrl-C and Ctrl-Z reach both,
- * and CMD can read the terminal), and then runs one poll() loop over the
- * self-pipe of its signal handlers (cli/signals.c) and the socket of its
- * database connection (cli/conn.c, never blocking), with a timeout taken
+ * Process model.  One dlock process, no threads, and once the lease is
+ * held its child, the keeper (cli/keeper.c), which starts CMD with
+ * DLOCK_NAME and DLOCK_TOKEN in its environment (and the other variables
+ * of cli/leases.c, DlockLeasesSetEnv; with --watchdog those of
+ * cli/notify.c), owns every process CMD starts (a child subreaper), ends
+ * them all when told to or when the lease's deadline nears, and exits,
+ * with CMD's status, once CMD and all of them have ended.  "CMD" below
+ * means that whole tree, and "CMD exited" that the keeper did.  All of
+ * them stay in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z
+ * reach the job, and CMD can read the terminal).  dlock runs one poll()
+ * loop over the self-pipe of its signal handlers (cli/signals.c), the
+ * socket of its database connection (cli/conn.c, never blocking), the
+ * keeper's report pipe and the watchdog's socket, with a timeout taken
  * from the next timer.  Every wake-up does, in this order:
  *
- *   1. reap CMD (waitpid WNOHANG, on every wake-up, so a lost SIGCHLD
- *      record cannot matter);
+ *   1. reap the keeper (waitpid WNOHANG, on every wake-up, so a lost
+ *      SIGCHLD record cannot matter), after reading its last reports;
  *   2. read the monotonic clock and check the lease's local deadline
  *      before trusting anything else (a process that was stopped with
  *      SIGSTOP, or starved, learns here that its lease may be gone, before
  *      it reads any answer or sends any query).  CMD, if reaped in step 1,
  *      exited before this clock reading: if the deadline has not passed,
  *      it ran under the lease to its end and dlock goes on to release the
- *      lease; if it has, dlock cannot tell and counts the lease as lost;
- *   3. handle signals: SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1 and
- *      SIGUSR2 are passed on to CMD with kill(), except those the kernel
- *      sent (si_code SI_KERNEL: the terminal), which reached CMD already
- *      through the process group;
+ *      lease; if it has, dlock cannot tell and counts the lease as lost.
+ *      Then the keeper's reports (handle_keeper);
+ *   3. handle signals: SIGTERM stops CMD's whole tree (through the
+ *      keeper: SIGTERM, SIGKILL --kill-after later), the lease held and
+ *      renewed meanwhile; SIGHUP, SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 are
+ *      passed on to CMD (the keeper signals it); except those the kernel
+ *      sent (si_code SI_KERNEL: the terminal), which reached the job
+ *      already through the process group.  The watchdog's pings are read;
  *   4. advance the connection: the answer of a renew or release, a
  *      finished reconnect, a failure (a renew's answer is taken only if
  *      the clock, read again, is still before the deadline);
- *   5. decide: start CMD, stop it, send the next renew or the release,
- *      reconnect, finish.
+ *   5. decide: start CMD, stop it (the watchdog), send the next renew or
+ *      the release, reconnect, finish.
  *
  * Phases.  What a run does next is decided by its phase (Run.phase), which
  * only set_phase() changes, checking the transition against the table
@@ -66,9 +75,15 @@
  *                              not be started (exit 70); MAX_STALE_RENEWS
  *                              renews left too little (exit 75)
  *               -> LOST        as in CONFIRMING (exit 75)
- *   RUNNING     CMD runs under the lease; renews every T/3.
+ *   RUNNING     CMD runs under the lease; renews every T/3.  A SIGTERM
+ *               to dlock stops CMD here, as do the keeper when CMD exits
+ *               and leaves processes behind: RUNNING until they are gone.
  *               -> EXITED      CMD was reaped
- *               -> STOPPING    the lease was lost: CMD gets SIGTERM
+ *               -> STOPPING    the lease was lost: CMD gets SIGTERM; or,
+ *                              the lease still held, the keeper reports
+ *                              that no renew came by the deadline minus
+ *                              the grace (exit 76), or the watchdog
+ *                              fired (no more renews; exit 80)
  *   EXITED      CMD was reaped, but the clock has not been read since:
  *               left in the same wake-up (step 2, or within lose()).
  *               -> RELEASING   the deadline has not passed: CMD ran under
@@ -84,17 +99,20 @@
  *                              started
  *               -> LOST        a release or renew returned false (exit 76,
  *                              or why CMD never started)
- *   STOPPING    the lease is lost while CMD runs: CMD got SIGTERM; nothing
- *               more is sent to the database, except for a set (see
- *               "Sets" below) the renews of the members still held.
- *               -> KILLING     CMD still runs --kill-after later: SIGKILL
- *               -> RELEASING   CMD exited, members of a set are left
- *                              (exit 76)
- *               -> LOST        CMD exited (exit 76)
- *   KILLING     CMD got SIGKILL.
- *               -> RELEASING   CMD exited, members of a set are left
- *                              (exit 76)
- *               -> LOST        CMD exited (exit 76)
+ *   STOPPING    CMD is being stopped, after a loss or with the lease
+ *               still held (Run.stop): CMD got SIGTERM.  After a loss
+ *               nothing more is sent to the database, except for a set
+ *               (see "Sets" below) the renews of the members still held;
+ *               with the lease held, renews go on (but not after the
+ *               watchdog fired) and the release follows.
+ *               -> KILLING     the keeper reports SIGKILL sent
+ *               -> RELEASING   CMD exited, leases are left (exit 76 or
+ *                              80)
+ *               -> LOST        CMD exited (exit 76, 80)
+ *   KILLING     CMD's processes got SIGKILL.
+ *               -> RELEASING   CMD exited, leases are left (exit 76 or
+ *                              80)
+ *               -> LOST        CMD exited (exit 76, 80)
  *   LOST, DONE  final: dlock exits.
  *   FAILED      final, from any phase but ACQUIRING and EXITED: poll()
  *               failed; CMD gets SIGTERM, dlock exits 70.
@@ -111,21 +129,40 @@
  *     connection, no answer, or a read-only or departing server
  *     (DlockRetryableError: a multi-host conninfo may lead elsewhere).
  *     The pause after a failed attempt is the backoff (50 ms doubling to
- *     1 s), but at most a quarter of the time then left to the deadline
- *     (and at least 50 ms): retry_pause().  So the attempts get denser as
- *     the deadline nears: an attempt that fails at once with L ms left is
- *     followed by the next with at least 3L/4 left, and in the last 200
- *     ms the pause is 50 ms.  A database that comes back shortly before
- *     the deadline is asked in time.  Each attempt is abandoned after
- *     half the time that was left to the deadline when it began (at least
- *     200 ms), so a database that hangs without closing the connection is
- *     left for a new one in time.  The release is retried the same way.
+ *     1 s), but at most a quarter of the time then left to the target
+ *     (and at least 50 ms): retry_pause().  The target is the deadline,
+ *     or while CMD runs unstopped the earlier moment at which the keeper
+ *     would stop it, the deadline minus the grace (see below): target().
+ *     So the attempts get denser as the target nears: an attempt that
+ *     fails at once with L ms left is followed by the next with at least
+ *     3L/4 left, and in the last 200 ms the pause is 50 ms.  A database
+ *     that comes back shortly before the target is asked in time.  Each
+ *     attempt is abandoned after half the time that was left to the
+ *     target when it began (at least 200 ms), so a database that hangs
+ *     without closing the connection is left for a new one in time.  The
+ *     release is retried the same way.
  *   - The lease is lost when a renew returns false (broken, or expired and
  *     taken over), or when the deadline passes without a successful
  *     renew.  dlock then sends nothing more to the database (it drops the
  *     connection): a lost lease is never renewed or released, so a newer
  *     holder's lease is never touched.  CMD gets SIGTERM, and SIGKILL
  *     --kill-after later if it is still running; dlock exits 76.
+ *   - The job is gone before the lease can expire: the keeper keeps the
+ *     deadline too (dlock sends it each new one), and if no renew moved
+ *     it by the deadline minus the grace G = min(--kill-after, T/3), it
+ *     sends CMD's tree SIGTERM, and SIGKILL at the deadline (less a
+ *     margin of min(KILL_MARGIN_MS, T/20) for the keeper's wake-up
+ *     latency); the same bound applies to every stop.  dlock learns it
+ *     from the keeper's report (STOPPING, the lease still held: renews go
+ *     on, the release follows once CMD has exited, exit 76).  The grace is
+ *     at most T/3 so that the renew due at T/3 has T/3 to succeed (a hung
+ *     attempt abandoned half way, and another on a new connection) before
+ *     the job is told to stop; a longer --kill-after applies to stops with
+ *     the lease in hand (a SIGTERM to dlock, the processes CMD left
+ *     behind), still bounded by the deadline.  The keeper
+ *     keeps these times on its own clock reading, so they hold even when
+ *     dlock is stopped or stuck (a host name lookup while reconnecting):
+ *     it replaces the interval timer earlier versions armed in dlock.
  *   - CMD is started only while at least 2T/3 of the lease is left.  After
  *     an acquire that waited (--wait) the deadline from the acquire's send
  *     time may already have passed although the lease was just granted
@@ -135,13 +172,6 @@
  *     a database that answers too slowly for the ttl: if MAX_STALE_RENEWS
  *     such renews in a row still leave less than 2T/3, dlock releases the
  *     lease.
- *   - Backstop: while CMD runs, an interval timer (ITIMER_REAL, SIGALRM)
- *     is armed for the deadline.  Its handler sends CMD SIGTERM itself if
- *     the deadline has passed, so CMD is told even if the main loop were
- *     stuck in a blocking call (a host name lookup while reconnecting).
- *     The handler only calls clock_gettime(), kill() and write(); the
- *     main loop changes the timer's state with all signals blocked, and a
- *     flag (backstop_fired) makes sure SIGTERM is sent once.
  *   - When CMD exits, dlock releases the lease (retrying like a renew until
  *     the deadline) and exits with CMD's status (128+N if a signal N killed
  *     it) only if the release returned true: the lease is confirmed.  A
@@ -174,10 +204,17 @@
  *     takes them while CMD may still use them.  Before CMD started they
  *     are released at once (exit 75).  --slots holds one lease, the permit
  *     it got, and is a run of one lease in every respect.
- *   - If dlock itself dies (SIGKILL, OOM killer), CMD gets SIGTERM
- *     (PR_SET_PDEATHSIG, on Linux), since nobody renews the lease any more.
- *     dlock ignores SIGPIPE (CMD gets its original disposition back), so
- *     that a closed stderr cannot kill it while it holds a lease.
+ *   - If dlock itself dies (SIGKILL, OOM killer), the keeper reads
+ *     end-of-file on its pipe and ends CMD's tree: SIGTERM, SIGKILL
+ *     min(--kill-after, 0.5 s) later, since nobody renews the lease any
+ *     more.  dlock ignores SIGPIPE (CMD gets its original disposition
+ *     back), so that a closed stderr cannot kill it while it holds a lease.
+ *   - --watchdog DUR (cli/notify.c): CMD gets NOTIFY_SOCKET,
+ *     WATCHDOG_USEC and WATCHDOG_PID as from systemd; when no WATCHDOG=1
+ *     has come for DUR since the last one (or since CMD started), dlock
+ *     stops renewing, stops CMD's tree as for a lost lease (SIGKILL at
+ *     the deadline at the latest), releases the lease once the tree is
+ *     gone and exits 80 (DLOCK_EXIT_WATCHDOG), whatever else happens.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -205,6 +242,7 @@
 #define BACKOFF_MAX_MS		1000
 #define ATTEMPT_MIN_MS		200
 #define MAX_STALE_RENEWS	2	/* renews before CMD that leave < 2T/3 */
+#define KILL_MARGIN_MS		100 /* the tree's SIGKILL before the deadline */
 
 /* The phases of a run and their transitions: see the file header. */
 typedef enum Phase
@@ -274,6 +312,17 @@ static const unsigned legal_next[NPHASES] = {
 
 #define PHASE_IN(r, set)	((PH((r)->phase) & (set)) != 0)
 
+/*
+ * Why CMD is stopped while the lease (or, for a set, some member) is still
+ * held: see the header, "Phases" and "Timing rules".
+ */
+typedef enum Stop
+{
+	STOP_NONE,
+	STOP_DEADLINE,				/* no renew by deadline - grace (exit 76) */
+	STOP_WATCHDOG				/* no WATCHDOG=1 in time (exit 80) */
+} Stop;
+
 /* Which call is in flight on the link. */
 typedef enum Call
 {
@@ -336,9 +385,26 @@ typedef struct Run
 	int64_t		backoff;
 	int			failures;
 
-	/* CMD */
-	pid_t		child;			/* 0 until started */
-	int64_t		term_at;		/* STOPPING: when it got SIGTERM */
+	/*
+	 * CMD: child is the keeper (cli/keeper.c), which started CMD (cmd) and
+	 * exits once CMD and every process it started have ended: "CMD has
+	 * exited" below means that the keeper has.
+	 */
+	pid_t		child;			/* the keeper: 0 until started */
+	pid_t		cmd;
+	DlockKeeper keeper;
+	int64_t		grace;			/* SIGTERM at deadline - grace, unrenewed */
+
+	/*
+	 * Why CMD is being stopped while the lease is held (STOPPING, KILLING
+	 * with every lease held), and whether renews go on meanwhile.
+	 */
+	Stop		stop;
+	bool		renewing;
+	bool		told_to_stop;	/* a SIGTERM was passed on as a stop */
+
+	/* --watchdog */
+	DlockNotify notify;
 
 	/*
 	 * What dlock exits with unless the lease is lost after CMD started
@@ -365,6 +431,7 @@ typedef struct Run
 } Run;
 
 static void reap(Run *r);
+static void handle_keeper(Run *r, int64_t now);
 
 /*
  * holds reports whether dlock holds leases (as far as it knows) and so
@@ -378,11 +445,6 @@ holds(const Run *r)
 	return PHASE_IN(r, PH_HOLDING) ||
 		(PHASE_IN(r, PH_STOPPING_CMD) && r->nheld > 0);
 }
-
-/* Backstop state, shared with the SIGALRM handler (see the header). */
-static volatile sig_atomic_t backstop_pid;
-static volatile sig_atomic_t backstop_fired;
-static volatile int64_t backstop_deadline;	/* written with signals blocked */
 
 /*
  * set_phase moves the run to phase to.  It is the only place that changes
@@ -412,8 +474,10 @@ exit_status(const Run *r)
 	switch (r->phase)
 	{
 		case PH_DONE:
-			/* a set that lost a member while CMD ran: CMD was stopped */
-			if (r->member_lost && r->child > 0)
+			if (r->stop == STOP_WATCHDOG)
+				return DLOCK_EXIT_WATCHDOG;
+			/* a set that lost a member, or a renew too late: CMD was stopped */
+			if ((r->member_lost || r->stop == STOP_DEADLINE) && r->child > 0)
 				return DLOCK_EXIT_LOST;
 			/* CMD ran, but no release confirmed the lease: its fate unknown */
 			if (r->child > 0 && !r->confirmed)
@@ -421,6 +485,8 @@ exit_status(const Run *r)
 			/* released; or never acquired, or CMD never started */
 			return r->status;
 		case PH_LOST:
+			if (r->stop == STOP_WATCHDOG)
+				return DLOCK_EXIT_WATCHDOG;
 			/* CMD may have run without the lease; else why it never ran */
 			return r->child > 0 ? DLOCK_EXIT_LOST : r->status;
 		case PH_FAILED:
@@ -431,54 +497,6 @@ exit_status(const Run *r)
 	DlockError("internal error: no exit status in phase %s",
 			   phase_names[r->phase]);
 	abort();
-}
-
-/*
- * backstop_handler is the SIGALRM handler: if the lease's deadline has
- * passed and CMD has not been told yet, it sends CMD SIGTERM; then it
- * wakes the main loop.
- */
-static void
-backstop_handler(int signo, siginfo_t *info, void *context)
-{
-	int			save_errno = errno;
-
-	(void) context;
-	if (backstop_pid > 0 && !backstop_fired && DlockNow() >= backstop_deadline)
-	{
-		backstop_fired = 1;
-		kill((pid_t) backstop_pid, SIGTERM);
-	}
-	DlockSignalNotify(signo, info ? info->si_code : 0);
-	errno = save_errno;
-}
-
-/*
- * set_backstop arms the backstop for CMD pid at deadline, or disarms it
- * when pid is 0.
- */
-static void
-set_backstop(pid_t pid, int64_t deadline)
-{
-	sigset_t	old;
-	struct itimerval it;
-
-	memset(&it, 0, sizeof(it));
-	DlockSignalsBlock(&old);
-	backstop_pid = pid;
-	backstop_deadline = deadline;
-	if (pid > 0)
-	{
-		/* one ms late rather than early: the handler re-checks the clock */
-		int64_t		left = deadline - DlockNow() + 1;
-
-		if (left < 1)
-			left = 1;
-		it.it_value.tv_sec = left / 1000;
-		it.it_value.tv_usec = (left % 1000) * 1000;
-	}
-	setitimer(ITIMER_REAL, &it, NULL);
-	DlockSignalsUnblock(&old);
 }
 
 /*
@@ -523,28 +541,44 @@ status_text(int status)
 static void
 say_unconfirmed(const Run *r)
 {
-	if (r->child <= 0 || r->member_lost)
+	if (r->child <= 0 || r->member_lost || r->stop != STOP_NONE)
 		return;
 	say(r, "CMD %s, but no release confirmed that the server serving now still had the lease when CMD ended (a failover may have lost it, and the fence may have rejected CMD's writes): exiting %d instead of CMD's status",
 		status_text(r->status), DLOCK_EXIT_UNCONFIRMED);
 }
 
 /*
- * stop_child sends CMD SIGTERM, unless the backstop did already, and
- * disarms the backstop.
+ * stop_child has the keeper stop CMD and every process it started:
+ * SIGTERM now, SIGKILL at kill_at (the keeper makes it the deadline at
+ * the latest).
  */
 static void
-stop_child(Run *r, int64_t now)
+stop_child(Run *r, int64_t kill_at)
 {
-	sigset_t	old;
+	DlockKeeperSend(&r->keeper, KEEPER_STOP, 0, kill_at);
+}
 
-	DlockSignalsBlock(&old);
-	if (!backstop_fired && r->child > 0)
-		kill(r->child, SIGTERM);
-	backstop_fired = 1;
-	DlockSignalsUnblock(&old);
-	set_backstop(0, 0);
-	r->term_at = now;
+/*
+ * kill_after_text describes when the tree gets SIGKILL after a stop at
+ * now: --kill-after later, or at the deadline if that comes first.
+ */
+static const char *
+kill_after_text(const Run *r, int64_t now, bool lease_held)
+{
+	static char buf[96];
+	char		d[32];
+
+	if (lease_held && r->deadline < now + r->opt->kill_after_ms)
+	{
+		DlockFormatDuration(r->deadline > now ? r->deadline - now : 0, d, sizeof(d));
+		snprintf(buf, sizeof(buf), "SIGKILL in %s, at the lease's deadline", d);
+	}
+	else
+	{
+		DlockFormatDuration(r->opt->kill_after_ms, d, sizeof(d));
+		snprintf(buf, sizeof(buf), "SIGKILL in %s", d);
+	}
+	return buf;
 }
 
 /*
@@ -557,7 +591,6 @@ stop_child(Run *r, int64_t now)
 static void
 lose(Run *r, int64_t now, const char *why, const char *detail)
 {
-	char		ka[32];
 	char		rest[1024] = "";
 	int			i;
 
@@ -571,16 +604,21 @@ lose(Run *r, int64_t now, const char *why, const char *detail)
 	reap(r);					/* for the message: is CMD still running? */
 	if (r->phase == PH_RUNNING)
 	{
-		DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
-		say(r, "lost: %s; stopping CMD (pid %d) with SIGTERM, SIGKILL in %s",
-			why, (int) r->child, ka);
-		stop_child(r, now);
+		say(r, "lost: %s; stopping CMD (pid %d) and every process it started with SIGTERM, %s",
+			why, (int) r->cmd, kill_after_text(r, now, false));
+		stop_child(r, now + r->opt->kill_after_ms);
 		set_phase(r, PH_STOPPING);
 	}
-	else if (PHASE_IN(r, PH_STOPPING_CMD) || r->phase == PH_LOST)
+	else if ((PHASE_IN(r, PH_STOPPING_CMD) || r->phase == PH_LOST) &&
+			 r->member_lost)
 	{
 		/* a set's members left while CMD is (or was just) being stopped */
 		say(r, "lost %s too: %s", rest, why);
+	}
+	else if (PHASE_IN(r, PH_STOPPING_CMD))
+	{
+		/* CMD was being stopped with the lease held: now it is gone */
+		say(r, "lost: %s; CMD is being stopped", why);
 	}
 	else
 	{
@@ -608,7 +646,6 @@ lose_members(Run *r, int64_t now, const bool *lost, const char *why)
 {
 	char		gone[1024];
 	char		rest[1024];
-	char		ka[32];
 	int			i;
 
 	DlockLeasesList(&r->leases, lost, gone, sizeof(gone));
@@ -623,10 +660,10 @@ lose_members(Run *r, int64_t now, const bool *lost, const char *why)
 	switch (r->phase)
 	{
 		case PH_RUNNING:
-			DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
-			say(r, "lost %s: %s; the set is lost: stopping CMD (pid %d) with SIGTERM, SIGKILL in %s; still holding %s until CMD has exited, then releasing %s",
-				gone, why, (int) r->child, ka, rest, r->nheld == 1 ? "it" : "them");
-			stop_child(r, now);
+			say(r, "lost %s: %s; the set is lost: stopping CMD (pid %d) and every process it started with SIGTERM, %s; still holding %s until they have exited, then releasing %s",
+				gone, why, (int) r->cmd, kill_after_text(r, now, true), rest,
+				r->nheld == 1 ? "it" : "them");
+			stop_child(r, now + r->opt->kill_after_ms);
 			set_phase(r, PH_STOPPING);
 			break;
 		case PH_CONFIRMING:
@@ -644,12 +681,24 @@ lose_members(Run *r, int64_t now, const bool *lost, const char *why)
 }
 
 /*
+ * target returns the time the retries of a renew aim at: the deadline, or
+ * while CMD runs unstopped the time the keeper would stop it, the deadline
+ * minus the grace (see the header).
+ */
+static int64_t
+target(const Run *r)
+{
+	return r->phase == PH_RUNNING && !r->told_to_stop ?
+		r->deadline - r->grace : r->deadline;
+}
+
+/*
  * attempt_budget returns when an attempt that starts now is abandoned.
  */
 static int64_t
 attempt_budget(const Run *r, int64_t now)
 {
-	int64_t		half = (r->deadline - now) / 2;
+	int64_t		half = (target(r) - now) / 2;
 
 	return now + (half > ATTEMPT_MIN_MS ? half : ATTEMPT_MIN_MS);
 }
@@ -658,15 +707,15 @@ attempt_budget(const Run *r, int64_t now)
  * retry_pause returns how long to wait after an attempt that failed at
  * now before the next one: the backoff (BACKOFF_MIN_MS doubling to
  * BACKOFF_MAX_MS), but never more than a quarter of the time left to the
- * deadline, and at least BACKOFF_MIN_MS.  So attempts get denser as the
- * deadline nears, and no stretch at its end longer than a quarter of what
+ * target, and at least BACKOFF_MIN_MS.  So attempts get denser as the
+ * target nears, and no stretch at its end longer than a quarter of what
  * is left (or BACKOFF_MIN_MS) goes without one: a database that comes back
- * shortly before the deadline is asked in time (see the header).
+ * shortly before the target is asked in time (see the header).
  */
 static int64_t
 retry_pause(const Run *r, int64_t now)
 {
-	int64_t		cap = (r->deadline - now) / 4;
+	int64_t		cap = (target(r) - now) / 4;
 
 	if (cap < BACKOFF_MIN_MS)
 		cap = BACKOFF_MIN_MS;
@@ -728,107 +777,129 @@ looks_like_names(const DlockOptions *opt)
 }
 
 /*
- * start_child forks and executes CMD (STARTING -> RUNNING); if it cannot,
- * the lease is released and dlock exits 70 (STARTING -> RELEASING).
+ * exec_cmd executes CMD: called by the keeper in CMD's process (with the
+ * dispositions and mask dlock started with back), never returns.
+ */
+static void
+exec_cmd(void *arg)
+{
+	const DlockOptions *opt = arg;
+	int			err;
+
+	if (opt->watchdog_ms > 0)
+		DlockNotifySetPid();
+	execvp(opt->cmd[0], opt->cmd);
+	err = errno;
+	DlockError("could not execute \"%s\": %s", opt->cmd[0], strerror(err));
+	if ((err == ENOENT || err == EACCES) && looks_like_names(opt))
+		DlockError("hint: CMD starts at the argument after NAME; to take several names, give --all (dlock run --all NAME... -- CMD)");
+	_exit(err == ENOENT ? 127 : 126);
+}
+
+/*
+ * start_child starts the keeper, which starts CMD (STARTING -> RUNNING);
+ * if it cannot, the lease is released and dlock exits 70 (STARTING ->
+ * RELEASING).
  */
 static void
 start_child(Run *r)
 {
 	sigset_t	old;
-	pid_t		parent = getpid();
-	pid_t		pid;
+	DlockKeeperSetup setup;
+	bool		ok;
+	int			err;
 
-	if (!DlockLeasesSetEnv(&r->leases))
+	if (!DlockLeasesSetEnv(&r->leases) ||
+		(r->opt->watchdog_ms > 0 && !DlockNotifySetEnv(&r->notify)))
 	{
 		DlockError("could not set the environment of CMD: %s", strerror(errno));
 		r->status = DLOCK_EXIT_ERROR;
 		set_phase(r, PH_RELEASING);
 		return;
 	}
+	memset(&setup, 0, sizeof(setup));
+	setup.exec_cmd = exec_cmd;
+	setup.exec_arg = (void *) r->opt;
+	setup.cleanup = r->opt->watchdog_ms > 0 ? DlockNotifyCleanup : NULL;
+	setup.deadline = r->deadline;
+	setup.grace_ms = r->grace;
+	setup.margin_ms = r->opt->ttl_ms / 20 < KILL_MARGIN_MS ? r->opt->ttl_ms / 20 : KILL_MARGIN_MS;
+	setup.kill_after_ms = r->opt->kill_after_ms;
+	setup.close_fd = r->link.conn ? PQsocket(r->link.conn) : -1;
+	setup.close_fd2 = r->notify.fd;
 	fflush(stdout);
 	fflush(stderr);
 	DlockSignalsBlock(&old);
-	pid = fork();
-	if (pid == 0)
-	{
-		int			err;
-
-#ifdef __linux__
-		/* dlock dies -> nobody renews: CMD must stop */
-		prctl(PR_SET_PDEATHSIG, SIGTERM);
-		if (getppid() != parent)
-			_exit(128 + SIGTERM);
-#endif
-		(void) parent;
-		DlockSignalsRestoreInChild();
-		execvp(r->opt->cmd[0], r->opt->cmd);
-		err = errno;
-		DlockError("could not execute \"%s\": %s", r->opt->cmd[0], strerror(err));
-		if ((err == ENOENT || err == EACCES) && looks_like_names(r->opt))
-			DlockError("hint: CMD starts at the argument after NAME; to take several names, give --all (dlock run --all NAME... -- CMD)");
-		_exit(err == ENOENT ? 127 : 126);
-	}
+	ok = DlockKeeperStart(&r->keeper, &setup);
+	err = errno;
 	DlockSignalsUnblock(&old);
-	if (pid < 0)
+	if (!ok)
 	{
-		DlockError("could not start CMD: fork failed: %s", strerror(errno));
+		DlockError("could not start CMD: fork failed: %s", strerror(err));
 		r->status = DLOCK_EXIT_ERROR;
 		set_phase(r, PH_RELEASING);
 		return;
 	}
-	r->child = pid;
+	r->child = r->keeper.pid;
+	r->cmd = r->keeper.cmd;
+	r->notify.last_ping = DlockNow();
 	set_phase(r, PH_RUNNING);
-	set_backstop(pid, r->deadline);
 }
 
 /*
- * reap collects CMD's exit status, into status, if CMD has exited.  A
- * CMD that ran under a held lease leaves RUNNING for EXITED: whether the
- * lease was held until then is decided by the caller, from a clock reading
- * taken after reap (see DlockRun's loop).  A CMD that was being stopped
- * after the loss ends the run (LOST), unless members of a set are left to
- * release (RELEASING).
+ * reap collects CMD's exit status, into status, if CMD has exited: the
+ * keeper has, once CMD and every process CMD started had ended, with
+ * CMD's status.  A CMD that ran under a held lease leaves RUNNING for
+ * EXITED: whether the lease was held until then is decided by the caller,
+ * from a clock reading taken after reap (see DlockRun's loop).  A CMD that
+ * was being stopped ends the run (LOST) after a loss, or goes on to the
+ * release (RELEASING) when leases are left: a set's other members, or
+ * every lease, when CMD was stopped with the lease held.
+ *
+ * Should the keeper itself be killed, the processes of the job were
+ * reparented to dlock (a child subreaper too): dlock kills them, and
+ * counts CMD as failed (70).
  */
 static void
 reap(Run *r)
 {
 	int			status;
 	pid_t		pid;
-	sigset_t	old;
 
 	if (!PHASE_IN(r, PH_CMD_RUNS))
 		return;
-
-	/*
-	 * With signals blocked: once waitpid() has freed CMD's pid, another
-	 * process may get it, so the backstop must not kill() it any more.
-	 */
-	DlockSignalsBlock(&old);
 	do
 		pid = waitpid(r->child, &status, WNOHANG);
 	while (pid < 0 && errno == EINTR);
-	if (pid == r->child)
-		backstop_pid = 0;
-	DlockSignalsUnblock(&old);
 	if (pid != r->child)
 		return;
+	/* what the keeper reported before it exited comes first */
+	handle_keeper(r, DlockNow());
+	DlockKeeperClose(&r->keeper);
 	if (WIFEXITED(status))
 		r->status = WEXITSTATUS(status);
-	else if (WIFSIGNALED(status))
-		r->status = 128 + WTERMSIG(status);
 	else
+	{
+		DlockError("the keeper of CMD's processes (pid %d) was killed by %s: killing CMD's processes",
+				   (int) r->child,
+				   WIFSIGNALED(status) ? DlockSignalName(WTERMSIG(status)) : "?");
+		DlockTreeEnd(1000);
 		r->status = DLOCK_EXIT_ERROR;
-	set_backstop(0, 0);
+	}
 	if (r->phase == PH_RUNNING)
 		set_phase(r, PH_EXITED);
 	else if (r->nheld > 0)
 	{
 		char		rest[1024];
 
-		/* a set lost a member: release the others now that CMD is done */
+		/* leases are left: release them now that CMD is done */
 		DlockLeasesList(&r->leases, r->held, rest, sizeof(rest));
-		say(r, "CMD %s after the set was lost; releasing %s",
-			status_text(r->status), rest);
+		if (r->member_lost)
+			say(r, "CMD %s after the set was lost; releasing %s",
+				status_text(r->status), rest);
+		else
+			say(r, "CMD %s after it was stopped; releasing %s",
+				status_text(r->status), rest);
 		set_phase(r, PH_RELEASING);
 	}
 	else
@@ -839,13 +910,59 @@ reap(Run *r)
 }
 
 /*
+ * handle_keeper reads the keeper's reports: a SIGTERM it sent of its own
+ * accord because no renew came by the deadline minus the grace (RUNNING
+ * -> STOPPING, the lease still held), to the processes CMD left behind,
+ * or a SIGKILL (STOPPING -> KILLING).
+ */
+static void
+handle_keeper(Run *r, int64_t now)
+{
+	int			type,
+				a;
+	int64_t		b;
+
+	while (DlockKeeperNext(&r->keeper, &type, &a, &b))
+	{
+		if (type == KEEPER_TERM && a == KEEPER_WHY_DEADLINE)
+		{
+			char		left[32];
+
+			if (r->phase != PH_RUNNING)
+				continue;		/* being stopped already */
+			DlockFormatDuration(r->deadline > now ? r->deadline - now : 0,
+								left, sizeof(left));
+			say(r, "not renewed in time (%s left before its deadline): stopping CMD (pid %d) and every process it started with SIGTERM, SIGKILL at the deadline%s",
+				left, (int) r->cmd,
+				r->failures > 0 ? "; still trying to renew it, to release it afterwards" : "");
+			if (r->failures > 0 && r->link.errmsg[0])
+				DlockError("last error: %s", r->link.errmsg);
+			r->stop = STOP_DEADLINE;
+			set_phase(r, PH_STOPPING);
+		}
+		else if (type == KEEPER_TERM && a == KEEPER_WHY_LEFTOVER)
+			say(r, "CMD (pid %d) exited, leaving %" PRId64 " process%s running: stopping %s with SIGTERM, %s",
+				(int) r->cmd, b, b == 1 ? "" : "es", b == 1 ? "it" : "them",
+				kill_after_text(r, now, holds(r)));
+		else if (type == KEEPER_KILL)
+		{
+			say(r, "%" PRId64 " process%s of CMD still running: sent SIGKILL",
+				b, b == 1 ? "" : "es");
+			if (r->phase == PH_STOPPING)
+				set_phase(r, PH_KILLING);
+		}
+	}
+}
+
+/*
  * handle_signals reads the signal records: passes signals on to a running
- * CMD, or notes a stopping signal when there is no CMD to pass it to.
- * Returns true when the loop must not sleep (SIGCHLD: CMD is to be reaped
- * at the top of the next pass, which comes at once).
+ * CMD (through the keeper; SIGTERM as a stop of CMD's whole tree), or
+ * notes a stopping signal when there is no CMD to pass it to.  Returns
+ * true when the loop must not sleep (SIGCHLD: CMD is to be reaped at the
+ * top of the next pass, which comes at once).
  */
 static bool
-handle_signals(Run *r)
+handle_signals(Run *r, int64_t now)
 {
 	int			signo,
 				code;
@@ -858,8 +975,6 @@ handle_signals(Run *r)
 			wake_now = true;
 			continue;
 		}
-		if (signo == SIGALRM)
-			continue;
 		if (PHASE_IN(r, PH_CMD_RUNS))
 		{
 #ifdef SI_KERNEL
@@ -867,7 +982,14 @@ handle_signals(Run *r)
 			if (code == SI_KERNEL)
 				continue;
 #endif
-			kill(r->child, signo);
+			if (signo == SIGTERM)
+			{
+				/* told to stop: the whole tree, the lease held meanwhile */
+				r->told_to_stop = true;
+				stop_child(r, now + r->opt->kill_after_ms);
+			}
+			else
+				DlockKeeperSend(&r->keeper, KEEPER_SIGNAL, signo, 0);
 		}
 		else if (signo == SIGHUP || signo == SIGINT || signo == SIGQUIT ||
 				 signo == SIGTERM)
@@ -963,7 +1085,6 @@ handle_result(Run *r, int64_t now, PGresult *res)
 	}
 	if (call == CALL_RENEW)
 	{
-		sigset_t	old;
 		bool		late;
 
 		if (nlost > 0 && nlost == r->nheld)
@@ -983,24 +1104,20 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		/*
 		 * The answer counts only if it was read before the deadline, and
 		 * time passed since the top of the loop: read the clock again.
-		 * With signals blocked, so that the backstop (which may have sent
-		 * CMD SIGTERM already) cannot fire between this check and its
-		 * re-arming.  Once CMD is done (RELEASING) a late answer is
-		 * harmless: CMD ran under the lease to its end.  While CMD is being
-		 * stopped (a set's other members), the backstop is off.
+		 * Once CMD is done (RELEASING) a late answer is harmless: CMD ran
+		 * under the lease to its end.  The keeper gets the new deadline
+		 * (it stops CMD's tree by the old one otherwise; if it began to
+		 * already, it reports so and CMD is stopped all the same).
 		 */
-		DlockSignalsBlock(&old);
-		late = r->phase != PH_RELEASING &&
-			((r->phase == PH_RUNNING && backstop_fired) || DlockNow() >= r->deadline);
+		late = r->phase != PH_RELEASING && DlockNow() >= r->deadline;
 		if (!late)
 		{
 			succeeded(r);
 			r->deadline = r->sent_at + r->opt->ttl_ms;
 			r->next_renew = r->sent_at + r->opt->ttl_ms / 3;
-			if (r->phase == PH_RUNNING)
-				set_backstop(r->child, r->deadline);
+			if (PHASE_IN(r, PH_CMD_RUNS))
+				DlockKeeperSend(&r->keeper, KEEPER_DEADLINE, 0, r->deadline);
 		}
-		DlockSignalsUnblock(&old);
 		if (late)
 		{
 			lose(r, now, "the renew's answer was read only after the lease's deadline (was dlock stopped, or starved of CPU?)", NULL);
@@ -1148,7 +1265,7 @@ drive_link(Run *r, int64_t now)
 		else
 			r->attempt_end = attempt_budget(r, now);
 	}
-	else if (now >= r->next_renew)
+	else if (r->renewing && now >= r->next_renew)
 	{
 		call_params(r, values);
 		values[2] = r->ttl_text;
@@ -1187,13 +1304,13 @@ next_wake(const Run *r)
 			case DLOCK_LINK_IDLE:
 				if (r->phase == PH_RELEASING)
 					EARLIER(r->retry_at);
-				else
+				else if (r->renewing)
 					EARLIER(r->next_renew > r->retry_at ? r->next_renew : r->retry_at);
 				break;
 		}
 	}
-	if (r->phase == PH_STOPPING)
-		EARLIER(r->term_at + r->opt->kill_after_ms);
+	if (r->phase == PH_RUNNING && r->notify.fd >= 0)
+		EARLIER(DlockNotifyDue(&r->notify));
 #undef EARLIER
 	return wake == INT64_MAX ? -1 : wake;
 }
@@ -1255,24 +1372,42 @@ check_deadline(Run *r, int64_t now)
 }
 
 /*
- * decide is step 5 of every wake-up: SIGKILL a CMD that outlives
- * --kill-after, act on a stopping signal, start CMD when the lease is
- * fresh enough (or renew at once when it is not), and drive the link.
+ * check_watchdog stops CMD's tree, with --watchdog, when no WATCHDOG=1 came
+ * in time (RUNNING -> STOPPING): no more renews, the release once the
+ * tree is gone, exit DLOCK_EXIT_WATCHDOG.
+ */
+static void
+check_watchdog(Run *r, int64_t now)
+{
+	char		dur[32];
+
+	if (r->phase != PH_RUNNING || r->notify.fd < 0 ||
+		now < DlockNotifyDue(&r->notify))
+		return;
+	DlockFormatDuration(r->notify.timeout_ms, dur, sizeof(dur));
+	if (r->notify.triggered)
+		say(r, "CMD sent WATCHDOG=trigger: stopping CMD (pid %d) and every process it started with SIGTERM, %s; not renewing the lease any more",
+			(int) r->cmd, kill_after_text(r, now, true));
+	else
+		say(r, "CMD sent no WATCHDOG=1 for %s%s: stopping CMD (pid %d) and every process it started with SIGTERM, %s; not renewing the lease any more",
+			dur, r->notify.pings == 0 ? " (none since it started)" : "",
+			(int) r->cmd, kill_after_text(r, now, true));
+	r->stop = STOP_WATCHDOG;
+	r->renewing = false;
+	stop_child(r, now + r->opt->kill_after_ms);
+	set_phase(r, PH_STOPPING);
+}
+
+/*
+ * decide is step 5 of every wake-up: act on a stopping signal, the
+ * watchdog, start CMD when the lease is fresh enough (or renew at once
+ * when it is not), and drive the link.
  */
 static void
 decide(Run *r, int64_t now)
 {
-	if (r->phase == PH_STOPPING && now >= r->term_at + r->opt->kill_after_ms)
-	{
-		char		ka[32];
-
-		DlockFormatDuration(r->opt->kill_after_ms, ka, sizeof(ka));
-		say(r, "CMD (pid %d) still running %s after SIGTERM: sending SIGKILL",
-			(int) r->child, ka);
-		kill(r->child, SIGKILL);
-		set_phase(r, PH_KILLING);
-	}
 	handle_interrupt(r);
+	check_watchdog(r, now);
 	if (r->phase == PH_STARTING &&
 		r->deadline - now >= r->opt->ttl_ms - r->opt->ttl_ms / 3)
 		start_child(r);
@@ -1303,6 +1438,11 @@ DlockRun(const DlockOptions *opt)
 	r.phase = PH_ACQUIRING;
 	r.status = DLOCK_EXIT_NOT_ACQUIRED;
 	r.backoff = BACKOFF_MIN_MS;
+	r.renewing = true;
+	r.notify.fd = -1;
+	r.keeper.ctl = r.keeper.report = -1;
+	/* SIGTERM before the deadline: see "Timing rules" */
+	r.grace = opt->kill_after_ms < opt->ttl_ms / 3 ? opt->kill_after_ms : opt->ttl_ms / 3;
 	r.literal_nheld = -1;
 	DlockInterval(opt->ttl_ms, r.ttl_text, sizeof(r.ttl_text));
 	DlockLeasesInit(&r.leases, opt);
@@ -1311,6 +1451,18 @@ DlockRun(const DlockOptions *opt)
 	else
 		snprintf(owner, sizeof(owner), "dlock run %s pid %d", DlockHostname(),
 				 (int) getpid());
+
+	/* the watchdog's socket, before anything is held */
+	if (opt->watchdog_ms > 0 &&
+		!DlockNotifyOpen(&r.notify, opt->watchdog_ms, err, sizeof(err)))
+	{
+		DlockError("%s", err);
+		return DLOCK_EXIT_ERROR;
+	}
+#ifdef __linux__
+	/* should the keeper be killed, CMD's processes come to dlock */
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+#endif
 
 	/*
 	 * Connect before catching signals: a Ctrl-C now just ends dlock.  A
@@ -1335,7 +1487,6 @@ DlockRun(const DlockOptions *opt)
 		for (i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
 			DlockSignalCatch(forwarded[i], NULL);
 		DlockSignalCatch(SIGCHLD, NULL);
-		DlockSignalCatch(SIGALRM, backstop_handler);
 		/* a closed stderr must not kill dlock while it holds a lease */
 		DlockSignalIgnore(SIGPIPE);
 
@@ -1353,6 +1504,7 @@ DlockRun(const DlockOptions *opt)
 	}
 	if (r.status != DLOCK_EXIT_OK)
 	{
+		DlockNotifyClose(&r.notify);
 		set_phase(&r, PH_DONE);
 		return exit_status(&r);
 	}
@@ -1404,8 +1556,9 @@ DlockRun(const DlockOptions *opt)
 
 	for (;;)
 	{
-		struct pollfd fds[2];
+		struct pollfd fds[4];
 		int			nfds = 1;
+		int			link_fd = -1;
 		int64_t		now;
 		int64_t		wake;
 		int			timeout;
@@ -1423,8 +1576,11 @@ DlockRun(const DlockOptions *opt)
 		reap(&r);
 		now = DlockNow();
 		check_deadline(&r, now);
-		/* 3. signals */
-		wake_now = handle_signals(&r);
+		/* (what the keeper did of its own accord) */
+		handle_keeper(&r, now);
+		/* 3. signals, and the watchdog's pings */
+		wake_now = handle_signals(&r, now);
+		DlockNotifyRead(&r.notify, now);
 		/* 4. the connection */
 		if (holds(&r))
 		{
@@ -1448,10 +1604,22 @@ DlockRun(const DlockOptions *opt)
 		fds[0].revents = 0;
 		if (holds(&r) && DlockLinkPollEvents(&r.link))
 		{
-			fds[1].fd = PQsocket(r.link.conn);
-			fds[1].events = DlockLinkPollEvents(&r.link);
-			fds[1].revents = 0;
-			nfds = 2;
+			link_fd = nfds;
+			fds[nfds].fd = PQsocket(r.link.conn);
+			fds[nfds].events = DlockLinkPollEvents(&r.link);
+			fds[nfds++].revents = 0;
+		}
+		if (PHASE_IN(&r, PH_CMD_RUNS) && r.keeper.report >= 0)
+		{
+			fds[nfds].fd = r.keeper.report;
+			fds[nfds].events = POLLIN;
+			fds[nfds++].revents = 0;
+		}
+		if (r.notify.fd >= 0 && PHASE_IN(&r, PH_CMD_RUNS))
+		{
+			fds[nfds].fd = r.notify.fd;
+			fds[nfds].events = POLLIN;
+			fds[nfds++].revents = 0;
 		}
 		wake = wake_now ? 0 : next_wake(&r);
 		now = DlockNow();
@@ -1464,14 +1632,17 @@ DlockRun(const DlockOptions *opt)
 		if (poll(fds, nfds, timeout) < 0 && errno != EINTR)
 		{
 			DlockError("poll failed: %s", strerror(errno));
+			/* (closing the ctl pipe tells the keeper too) */
 			if (PHASE_IN(&r, PH_CMD_RUNS))
-				kill(r.child, SIGTERM);
+				stop_child(&r, DlockNow());
 			set_phase(&r, PH_FAILED);
 			break;
 		}
-		if (nfds == 2)
-			r.link.revents = fds[1].revents;
+		if (link_fd > 0)
+			r.link.revents = fds[link_fd].revents;
 	}
 	DlockLinkClose(&r.link);
+	DlockKeeperClose(&r.keeper);
+	DlockNotifyClose(&r.notify);
 	return exit_status(&r);
 }

@@ -17,10 +17,13 @@
  * A signal that was ignored when dlock started (nohup ignores SIGHUP, a
  * non-interactive shell ignores SIGINT and SIGQUIT for background jobs) is
  * left ignored, so CMD inherits it ignored, as it would without dlock.
- * SIGCHLD and SIGALRM, which dlock itself needs, are caught and unblocked
- * whatever dlock inherited; CMD gets the inherited state back.
+ * SIGCHLD, which dlock itself needs, is caught and unblocked whatever
+ * dlock inherited; CMD gets the inherited state back.  The keeper
+ * (cli/keeper.c), a fork of dlock, gets a pipe of its own
+ * (DlockSignalsReinit) and catches again what it needs; what dlock started
+ * with stays recorded, for CMD.
  *
- * The child: cli/run.c blocks every signal around fork(); in the child,
+ * The child: every signal is blocked around fork(); in CMD's process,
  * DlockSignalsRestoreInChild() puts back the dispositions and the signal
  * mask dlock started with, so CMD starts as if run directly.  The pipe is
  * close-on-exec.
@@ -77,7 +80,7 @@ DlockSignalNotify(int signo, int code)
 
 /*
  * handler is the signal handler of the caught signals, unless the caller
- * gives its own (cli/run.c for SIGALRM).
+ * gives its own.
  */
 static void
 handler(int signo, siginfo_t *info, void *context)
@@ -120,22 +123,41 @@ DlockSignalsInit(void)
 }
 
 /*
+ * DlockSignalsReinit gives a freshly forked child (the keeper of
+ * cli/keeper.c) a self-pipe of its own, closing the one it shares with
+ * dlock; the handlers, which write into whichever pipe is current, stay.
+ * Called with every signal blocked.
+ */
+void
+DlockSignalsReinit(void)
+{
+	close(sig_pipe[0]);
+	close(sig_pipe[1]);
+	sig_pipe[0] = sig_pipe[1] = -1;
+	if (pipe(sig_pipe) != 0)
+		_exit(DLOCK_EXIT_ERROR);
+	set_flags(sig_pipe[0]);
+	set_flags(sig_pipe[1]);
+}
+
+/*
  * DlockSignalCatch installs a handler for signo and returns true: fn, or
  * when fn is NULL the self-pipe handler.  A signal that was ignored when
- * dlock started stays ignored and the result is false; SIGCHLD and SIGALRM
- * are caught whatever their disposition was, since dlock needs them
- * (SIGCHLD with SA_NOCLDSTOP: a stopped child is not an event), and
- * unblocked in dlock if its inherited signal mask blocked them.
+ * dlock started stays ignored and the result is false; SIGCHLD is caught
+ * whatever its disposition was, since dlock needs it (with SA_NOCLDSTOP: a
+ * stopped child is not an event), and unblocked if the inherited signal
+ * mask blocked it.
  */
 bool
 DlockSignalCatch(int signo, void (*fn) (int, siginfo_t *, void *))
 {
 	struct sigaction sa;
 
-	if (sigaction(signo, NULL, &original[signo]) != 0)
+	/* (the keeper catches again what dlock caught: the original stays) */
+	if (!caught[signo] && sigaction(signo, NULL, &original[signo]) != 0)
 		return false;
 	if (original[signo].sa_handler == SIG_IGN &&
-		signo != SIGCHLD && signo != SIGALRM)
+		signo != SIGCHLD)
 		return false;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_sigaction = fn ? fn : handler;
@@ -146,12 +168,12 @@ DlockSignalCatch(int signo, void (*fn) (int, siginfo_t *, void *))
 	if (sigaction(signo, &sa, NULL) != 0)
 		return false;
 	caught[signo] = true;
-	if (signo == SIGCHLD || signo == SIGALRM)
+	if (signo == SIGCHLD)
 	{
 		/*
-		 * Started with them blocked (the mask is inherited), dlock would
-		 * notice CMD's exit only at its next timer, and the backstop would
-		 * never fire.  CMD gets the original mask back.
+		 * Started with it blocked (the mask is inherited), dlock would
+		 * notice its child's exit only at its next timer.  CMD gets the
+		 * original mask back.
 		 */
 		sigset_t	set;
 
@@ -171,7 +193,7 @@ DlockSignalIgnore(int signo)
 {
 	struct sigaction sa;
 
-	if (sigaction(signo, NULL, &original[signo]) != 0)
+	if (!caught[signo] && sigaction(signo, NULL, &original[signo]) != 0)
 		return;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_IGN;

@@ -326,7 +326,7 @@ is(dlock_wait($e), 76, 'stubborn-job: dlock exits 76');
 my $t_e = Time::HiRes::time() - $t_break;
 ok(wait_for_file("$dir/stubborn.term", 1), 'stubborn-job: the child got SIGTERM');
 cmp_ok($t_e, '>=', 1, 'stubborn-job: SIGKILL came no earlier than --kill-after (1s)');
-like($e->{stderr}, qr/still running 1s after SIGTERM: sending SIGKILL/,
+like($e->{stderr}, qr/processes? of CMD still running: sent SIGKILL/,
 	'stubborn-job: dlock says it sent SIGKILL');
 like($e->{stderr}, qr/CMD was killed by SIGKILL \(status 137\) after the lease was lost/,
 	'stubborn-job: dlock reports how CMD ended');

@@ -5,26 +5,30 @@
 #	  is stopped with SIGSTOP past its lease's ttl while another client
 #	  takes the lease over, then resumed.
 #
-# dlock must notice at once, from its monotonic clock, that the lease's
-# deadline passed, stop its child (SIGTERM, recorded by the child's trap)
-# and exit 76 -- without sending any renew or release, so the new holder's
-# lease is untouched.  The server logs every statement with the session's
+# The keeper (cli/keeper.c), which is not stopped, keeps the deadline
+# too: it stops the job (SIGTERM, recorded by the child's trap) before the
+# lease can expire, while dlock is still stopped.  Resumed, dlock must
+# notice at once, from its monotonic clock, that the lease's deadline
+# passed, and exit 76 -- without sending any renew or release, so the new
+# holder's lease is untouched.  The server logs every statement with the session's
 # application_name, so the test can prove that nothing from the paused
 # dlock reached the server after SIGCONT; the new holder's lease row is
 # compared column by column, and the new holder can still renew and
 # release it.
 #
 # Three runs at once, on different names:
-#   1. CMD still running when dlock is resumed: SIGTERM, exit 76.
-#   2. CMD exits while dlock is stopped: dlock cannot tell whether it
-#      finished before the lease ran out, so it exits 76 too, and does
-#      not release.
+#   1. CMD still running as the deadline nears: the keeper sends it
+#      SIGTERM before the lease expires, dlock is stopped; exit 76.
+#   2. CMD exits while dlock is stopped (at once, told by the test): dlock
+#      cannot tell whether it finished before the lease ran out, so it
+#      exits 76 too, and does not release.
 #   3. A pause shorter than the lease's margin: dlock resumes, renews, and
 #      the run ends normally (exit 0, lease released).  No false alarm.
 # Then, alone:
 #   4. dlock stopped with a renew in flight, which the server answers (true)
 #      while dlock is stopped; resumed past the deadline: exit 76, and
-#      neither renew nor release, which the server would accept here.
+#      neither renew nor release, which the server would accept here (the
+#      keeper stopped CMD meanwhile).
 #
 # Copyright (c) 2026, the dlock authors
 
@@ -66,10 +70,10 @@ write_script("$dir/long.sh", qq{trap 'echo TERM > $dir/long.term; exit 9' TERM
 echo "\$DLOCK_TOKEN" > $dir/long.started
 sleep 60 & wait \$!
 });
-# 2. exits during the pause
+# 2. exits during the pause, as soon as the test says so
 write_script("$dir/short.sh", qq{trap 'echo TERM > $dir/short.term; exit 9' TERM
 echo "\$DLOCK_TOKEN" > $dir/short.started
-sleep 1.5
+while [ ! -e $dir/short.go ]; do sleep 0.01; done
 echo done > $dir/short.done
 });
 # 3. a short pause
@@ -81,8 +85,10 @@ echo done > $dir/brief.done
 
 my $long = dlock_start(
 	[ 'run', '-d', conn('paused-long'), '--ttl', '1s', 'long-job', '--', "$dir/long.sh" ]);
+# (ttl 2 s: the keeper's SIGTERM comes 1 s after the last renew, which
+# leaves CMD time to exit when told)
 my $short = dlock_start(
-	[ 'run', '-d', conn('paused-short'), '--ttl', '1s', 'short-job', '--', "$dir/short.sh" ]);
+	[ 'run', '-d', conn('paused-short'), '--ttl', '2s', 'short-job', '--', "$dir/short.sh" ]);
 my $brief = dlock_start(
 	[ 'run', '-d', conn('paused-brief'), '--ttl', '3s', 'brief-job', '--', "$dir/brief.sh" ]);
 for my $f (qw(long short brief))
@@ -99,6 +105,8 @@ $node->poll_query_until('postgres',
 # Stop all three dlock processes (not their children).
 kill 'STOP', $long->{pid}, $short->{pid}, $brief->{pid};
 my $t_stop = Time::HiRes::time();
+open(my $go, '>', "$dir/short.go") or die "cannot write $dir/short.go: $!";
+close($go);
 
 # The brief pause: 1 s, well inside the 3 s lease renewed every second.
 Time::HiRes::sleep(1);
@@ -116,8 +124,8 @@ for my $n (qw(long short))
 	cmp_ok($new{$n}, '>', $old{$n}, "$n-job: another client took the lease over");
 }
 my %row_before = map { $_ => row("$_-job") } qw(long short);
-ok(-e "$dir/long.started" && !-e "$dir/long.term",
-	'long-job: CMD still running, not told anything while dlock is stopped');
+is(slurp("$dir/long.term"), "TERM\n",
+	'long-job: the keeper sent CMD SIGTERM while dlock was stopped, before the lease expired');
 
 # Resume, and remember where the server log was.
 my $log_offset = -s $node->logfile;
@@ -128,12 +136,11 @@ is(dlock_wait($long), 76, 'long-job: dlock exits 76 after the pause');
 my $noticed = Time::HiRes::time() - $t_cont;
 cmp_ok($noticed, '<', 3,
 	'long-job: it noticed at once (well before --kill-after would matter)');
-is(slurp("$dir/long.term"), "TERM\n", 'long-job: its CMD got SIGTERM');
-like($long->{stderr}, qr/lost: dlock could not renew it in time, its deadline passed/,
-	'long-job: dlock says its deadline passed');
+like($long->{stderr}, qr/not renewed in time.*\n(.*\n)*.*not released: .*expired by now/,
+	'long-job: dlock says it was not renewed in time, and not released');
 
 is(dlock_wait($short), 76, 'short-job: dlock exits 76 although CMD exited with 0');
-like($short->{stderr}, qr/lost: .*; CMD exited with status 0/,
+like($short->{stderr}, qr/lost: dlock could not renew it in time, its deadline passed .*; CMD exited with status 0/,
 	"short-job: dlock reports the loss and CMD's status");
 ok(!-e "$dir/short.term", 'short-job: CMD had exited, no SIGTERM');
 
@@ -221,7 +228,7 @@ $log_offset = -s $node->logfile;
 kill 'CONT', $inflight->{pid};
 is(dlock_wait($inflight), 76, 'inflight-job: resumed past its deadline with the answer of a renew waiting: exit 76');
 is(slurp("$dir/inflight.term"), "TERM\n", 'inflight-job: its CMD got SIGTERM');
-like($inflight->{stderr}, qr/lost: /, 'inflight-job: dlock says the lease is lost');
+like($inflight->{stderr}, qr/not renewed in time/, 'inflight-job: dlock says the lease was not renewed in time');
 is(sql("SELECT released FROM dlock_leases WHERE lock_name = 'inflight-job'"),
 	'f', 'inflight-job: dlock did not release the lease');
 @sent = grep { /app=paused-inflight .*dlock_(renew|release)/ }

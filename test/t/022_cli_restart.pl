@@ -9,9 +9,11 @@
 #      the lease survives (leases are WAL-logged), CMD runs to the end
 #      untouched, and the lease is released at the end.
 #   2. The server stops during a run and stays down past the lease's ttl.
-#      dlock keeps retrying until the deadline by its monotonic clock, then
-#      treats the lease as lost: CMD gets SIGTERM and dlock exits 76, while
-#      the server is still down.  After the server is back, the lease row
+#      dlock keeps retrying by its monotonic clock; a third of the ttl
+#      before the deadline (the grace, min(--kill-after, ttl/3)) the
+#      keeper stops CMD: it gets SIGTERM, and dlock exits 76 once the
+#      deadline has passed without a renew, while the server is still
+#      down.  After the server is back, the lease row
 #      shows the lease expired, not released (dlock did not touch it).
 #   3. While the server is down, a new dlock run exits 69 with libpq's
 #      message, and CMD is never started.
@@ -110,7 +112,8 @@ my $after = Time::HiRes::time() - $t_down;
 cmp_ok($after, '<=', 3, 'down: within about the ttl after the server went away');
 is(slurp("$dir/job.term"), "TERM\n", 'down: CMD got SIGTERM');
 ok(!-e "$dir/job.done", 'down: CMD did not run to the end');
-like($h->{stderr}, qr/lost: no renew succeeded before it expired/, 'down: dlock says why');
+like($h->{stderr}, qr/not renewed in time .*stopping CMD/,
+	'down: dlock says why: no renew by the deadline less the grace');
 like($h->{stderr}, qr/last error: connection to server .* failed/, "down: with libpq's last error");
 
 # 3. A new run while the server is down: 69, CMD never started.

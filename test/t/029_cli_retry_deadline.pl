@@ -1,14 +1,16 @@
 #!/usr/bin/perl
 #
 # test/t/029_cli_retry_deadline.pl
-#	  The retries of dlock run's renew get denser as the lease's deadline
-#	  nears (cli/run.c, retry_pause): a database that can be used again
-#	  shortly before the deadline is asked in time, and the lease survives.
-#	  Issue 16, part 2.
+#	  The retries of dlock run's renew get denser as their target nears
+#	  (cli/run.c, retry_pause): a database that can be used again shortly
+#	  before it is asked in time, and the lease survives.  Issue 16, part 2.
+#	  The target is the moment the keeper would stop CMD if no renew came,
+#	  the deadline less the grace, min(--kill-after, ttl/3): 1 s here.
 #
-# dlock runs CMD under a 6 s lease as role "runner", renewing every 2 s.
-# Right after a renew (its time R is the lease row's renewed_at; dlock's
-# local deadline D is at most R + 6 s) the test makes the database
+# dlock runs CMD under a 6 s lease as role "runner", renewing every 2 s,
+# with --kill-after 1s.  Right after a renew (its time R is the lease
+# row's renewed_at; dlock's local deadline is at most R + 6 s, and its
+# target D at most R + 5 s) the test makes the database
 # unusable for dlock: its backend is terminated and the role may not log
 # in (ALTER ROLE ... NOLOGIN), so every connection attempt fails at once
 # and is logged by the server ("role ... is not permitted to log in").
@@ -61,7 +63,7 @@ sleep 10 & wait \$!
 echo done > $dir/job.done
 });
 my $h = dlock_start([ 'run', '-d', "$conn user=runner application_name=near",
-	'--ttl', "${ttl}s", 'near-job', '--', "$dir/job.sh" ]);
+	'--ttl', "${ttl}s", '--kill-after', '1s', 'near-job', '--', "$dir/job.sh" ]);
 ok(wait_for_file("$dir/job.started"), 'CMD started');
 my $token = slurp("$dir/job.started") =~ s/\n//r;
 
@@ -74,8 +76,8 @@ my $offset = -s $node->logfile;
 $bg->query_safe('ALTER ROLE runner NOLOGIN');
 $bg->query_safe("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'near'");
 my $r = $bg->query_safe("SELECT extract(epoch FROM renewed_at) FROM dlock_leases WHERE lock_name = 'near-job'");
-my $deadline = $r + $ttl;
-cmp_ok($deadline - Time::HiRes::time(), '>', $ttl - 2,
+my $deadline = $r + $ttl - 1;    # the target: the deadline less the grace
+cmp_ok($deadline - Time::HiRes::time(), ">", $ttl - 3,
 	'cut off well before the next renew (the test is not late)');
 
 # Logins again right after the first refused attempt < 0.8 s before D.
@@ -96,11 +98,11 @@ while (Time::HiRes::time() < $deadline)
 	}
 	Time::HiRes::sleep(0.01);
 }
-note(sprintf('refused attempts seen: %d; logins allowed again %.3f s before the deadline',
+note(sprintf('refused attempts seen: %d; logins allowed again %.3f s before the target',
 	$seen, $left // -1));
 $bg->query_safe('ALTER ROLE runner LOGIN') unless defined $left;
 cmp_ok($seen, '>=', 5, 'dlock kept retrying while it could not log in');
-ok(defined $left, 'a refused attempt came less than 0.8 s before the deadline');
+ok(defined $left, 'a refused attempt came less than 0.8 s before the target');
 
 is(dlock_wait($h), 0, 'dlock renewed in time: exit 0');
 is(slurp("$dir/job.done"), "done\n", 'CMD ran to its end');
@@ -110,8 +112,8 @@ like($h->{stderr}, qr/renewed again/, 'and the renew that came in time');
 is(sql("SELECT token, released FROM dlock_leases WHERE lock_name = 'near-job'"),
 	"$token|t", 'the same lease, released at the end');
 my $after = $bg->query_safe(
-	"SELECT extract(epoch FROM renewed_at) > $r + 4 FROM dlock_leases WHERE lock_name = 'near-job'");
-is($after, 't', 'a renew landed in the last part of the lease');
+	"SELECT extract(epoch FROM renewed_at) > $r + 3.5 FROM dlock_leases WHERE lock_name = 'near-job'");
+is($after, 't', 'a renew landed shortly before the target');
 
 $bg->quit;
 $node->stop;
