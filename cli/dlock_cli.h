@@ -143,6 +143,7 @@ typedef struct DlockKeeperSetup
 	int64_t		grace_ms;		/* SIGTERM this long before the deadline */
 	int64_t		margin_ms;		/* SIGKILL this long before the deadline */
 	int64_t		kill_after_ms;	/* --kill-after */
+	pid_t		pgid;			/* dlock's process group, CMD's */
 	int			close_fd;		/* dlock's descriptors the keeper must not */
 	int			close_fd2;		/* hold, or -1 */
 } DlockKeeperSetup;
@@ -151,6 +152,7 @@ typedef struct DlockKeeper
 {
 	pid_t		pid;			/* the keeper */
 	pid_t		cmd;			/* CMD */
+	bool		contained;		/* the keeper is a child subreaper */
 	int			ctl;			/* write end: dlock -> keeper */
 	int			report;			/* read end: keeper -> dlock */
 } DlockKeeper;
@@ -159,9 +161,13 @@ typedef struct DlockKeeper
 #define KEEPER_DEADLINE		1	/* b: the new deadline */
 #define KEEPER_SIGNAL		2	/* a: a signal for CMD */
 #define KEEPER_STOP			3	/* SIGTERM the tree; b: SIGKILL time */
-#define KEEPER_STARTED		4	/* a: CMD's pid, or -errno */
+#define KEEPER_STARTED		4	/* a: CMD's pid, or -errno; b: 1 when the
+								 * keeper is a subreaper */
 #define KEEPER_TERM			5	/* a: why (below); b: how many processes */
-#define KEEPER_KILL			6	/* b: how many processes got SIGKILL */
+#define KEEPER_KILL			6	/* a: why (KEEPER_WHY_DEADLINE, or 0: the
+								 * time a stop gave); b: how many got it */
+#define KEEPER_CMD_EXITED	7	/* a: CMD's status (its processes may
+								 * remain) */
 
 #define KEEPER_WHY_DEADLINE	1	/* no renew by the deadline - grace */
 #define KEEPER_WHY_LEFTOVER	2	/* CMD exited, its processes had not */

@@ -19,9 +19,14 @@
  * reading every /proc/PID/stat (ppid links; each process identified by
  * pid and start time, and signalled through a pidfd opened and checked
  * against that start time, so a pid reused meanwhile is never hit).  It
- * is empty exactly when the keeper has no children left.  Everything
- * stays in dlock's process group, so a terminal's Ctrl-C and Ctrl-Z reach
- * the job as they would without dlock, and CMD can read the terminal.
+ * is empty exactly when the keeper has no children left.  CMD is in
+ * dlock's process group, so a terminal's Ctrl-C and Ctrl-Z reach the job
+ * as they would without dlock, and CMD can read the terminal; the keeper
+ * has a process group of its own, so that a stop (Ctrl-Z, kill -STOP --
+ * -PGID) or a kill of dlock's group does not reach it: it keeps the
+ * deadline for the processes outside that group (a setsid daemon), and
+ * ends them if the group is killed.  Where /proc shows another pid
+ * namespace than the keeper's, or off Linux, the tree is CMD alone.
  *
  * The keeper decides nothing about the lease; it enforces time.  It knows
  * the lease's local deadline D (dlock sends each new one after a renew),
@@ -50,16 +55,18 @@
  * The keeper exits once CMD has exited and the tree is empty, with CMD's
  * status shell-style (128+S when signal S killed it): dlock reaps the
  * keeper as "CMD has ended", and every process of the job had ended by
- * then.  It reports to dlock (report pipe) CMD's pid once started, and
- * each SIGTERM and SIGKILL it sent of its own accord, for dlock's phases
- * and messages.  Messages are fixed-size records below PIPE_BUF, so each
+ * then.  It reports to dlock (report pipe) CMD's pid once started (and
+ * whether it could become a subreaper), CMD's own exit, and each SIGTERM
+ * and SIGKILL it sent of its own accord, for dlock's phases and
+ * messages.  Messages are fixed-size records below PIPE_BUF, so each
  * is written whole or not at all.
  *
  * The keeper ignores (catches, in fact, so that CMD inherits the
  * dispositions dlock started with) SIGHUP, SIGINT, SIGQUIT, SIGTERM,
- * SIGUSR1 and SIGUSR2: a terminal's Ctrl-C, or a kill of the whole
- * process group, reaches the tree directly, and the keeper must outlive
- * the job to clean up after it.  Signals dlock passes on to CMD go
+ * SIGUSR1 and SIGUSR2: a signal to the whole process group reaches the
+ * tree directly, and the keeper must outlive the job to clean up after it.
+ * Its SIGTERMs are followed by SIGCONT, as systemd does, so that a
+ * stopped process can act on them.  Signals dlock passes on to CMD go
  * through the keeper (KEEPER_SIGNAL), which alone may signal CMD's pid:
  * it reaps CMD, so the pid cannot be reused while it signals it.
  *
@@ -67,6 +74,9 @@
  * the tree and ends it at once (DlockTreeEnd).
  *
  * Off Linux there is no subreaper and no /proc: the tree is CMD alone.
+ * Processes the keeper may not signal (a setuid program's) or that do
+ * not die of SIGKILL (uninterruptible sleep) keep it, and so dlock,
+ * waiting; it tries again every KILL_REPEAT_MS.
  *
  * Concurrency: two single-threaded processes sharing nothing but the
  * pipes; each side only reads what the other wrote whole.
@@ -112,6 +122,7 @@ typedef struct ProcEntry
 	pid_t		ppid;
 	unsigned long long start;	/* start time, clock ticks after boot */
 	bool		mine;			/* a descendant of the root */
+	bool		zombie;			/* exited, not yet reaped */
 } ProcEntry;
 
 /* The keeper's state (in the keeper process only). */
@@ -180,7 +191,7 @@ read_msg(int fd, KeeperMsg *m)
  * after it are found after its last ')'.
  */
 static bool
-read_stat(pid_t pid, pid_t *ppid, unsigned long long *start)
+read_stat(pid_t pid, pid_t *ppid, unsigned long long *start, char *state)
 {
 	char		path[64];
 	char		buf[1024];
@@ -204,7 +215,7 @@ read_stat(pid_t pid, pid_t *ppid, unsigned long long *start)
 		return false;
 	/* p + 2: field 3, the state; field 4 is the parent */
 	p += 2;
-	if (sscanf(p, "%*c %ld", &pp) != 1)
+	if (sscanf(p, "%c %ld", state, &pp) != 2)
 		return false;
 	*ppid = (pid_t) pp;
 	/* skip to field 22, the start time */
@@ -232,6 +243,7 @@ signal_entry(const ProcEntry *e, int sig)
 {
 	pid_t		ppid;
 	unsigned long long start;
+	char		state;
 	bool		sent = false;
 
 #if defined(SYS_pidfd_open) && defined(SYS_pidfd_send_signal)
@@ -239,7 +251,7 @@ signal_entry(const ProcEntry *e, int sig)
 
 	if (pidfd >= 0)
 	{
-		if (read_stat(e->pid, &ppid, &start) && start == e->start)
+		if (read_stat(e->pid, &ppid, &start, &state) && start == e->start)
 			sent = syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) == 0;
 		close(pidfd);
 		return sent;
@@ -247,16 +259,51 @@ signal_entry(const ProcEntry *e, int sig)
 	if (errno == ESRCH)
 		return false;
 #endif
-	if (read_stat(e->pid, &ppid, &start) && start == e->start)
+	if (read_stat(e->pid, &ppid, &start, &state) && start == e->start)
 		sent = kill(e->pid, sig) == 0;
 	return sent;
 }
 #endif							/* __linux__ */
 
+#ifdef __linux__
 /*
- * DlockTreeSignal sends sig to every descendant of root (not to root) and
- * returns how many it sent it to; only (the one) CMD off Linux, where
- * only is its pid, or 0 for none.
+ * proc_is_ours reports whether /proc shows this process's own pid
+ * namespace (it may be another's: unshare -p without a /proc of its
+ * own), so that the pids it lists are the pids kill() and pidfd_open()
+ * take.  Decided once.
+ */
+static bool
+proc_is_ours(void)
+{
+	static int	ours = -1;
+
+	if (ours < 0)
+	{
+		char		buf[64];
+		ssize_t		n;
+		int			fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+
+		ours = 0;
+		if (fd >= 0)
+		{
+			n = read(fd, buf, sizeof(buf) - 1);
+			close(fd);
+			if (n > 0)
+			{
+				buf[n] = '\0';
+				ours = atol(buf) == (long) getpid();
+			}
+		}
+	}
+	return ours == 1;
+}
+#endif
+
+/*
+ * DlockTreeSignal sends sig to every live descendant of root (not to
+ * root, and not to zombies) and returns how many it sent it to.  Where
+ * the tree cannot be read (off Linux, or a /proc of another pid
+ * namespace), only CMD, whose pid is only (0: none), gets it.
  */
 int
 DlockTreeSignal(pid_t root, pid_t only, int sig)
@@ -271,8 +318,7 @@ DlockTreeSignal(pid_t root, pid_t only, int sig)
 				sent = 0;
 	bool		grew;
 
-	(void) only;
-	d = opendir("/proc");
+	d = proc_is_ours() ? opendir("/proc") : NULL;
 	if (d == NULL)
 		return only > 0 && kill(only, sig) == 0 ? 1 : 0;
 	while ((de = readdir(d)) != NULL)
@@ -280,13 +326,15 @@ DlockTreeSignal(pid_t root, pid_t only, int sig)
 		char	   *end;
 		long		pid = strtol(de->d_name, &end, 10);
 		ProcEntry	e;
+		char		state;
 
 		if (*end != '\0' || pid <= 0 || pid == (long) root)
 			continue;
 		e.pid = (pid_t) pid;
 		e.mine = false;
-		if (!read_stat(e.pid, &e.ppid, &e.start))
+		if (!read_stat(e.pid, &e.ppid, &e.start, &state))
 			continue;
+		e.zombie = state == 'Z';
 		if (n == cap)
 		{
 			ProcEntry  *bigger;
@@ -324,7 +372,7 @@ DlockTreeSignal(pid_t root, pid_t only, int sig)
 	} while (grew);
 
 	for (i = 0; i < n; i++)
-		if (procs[i].mine && signal_entry(&procs[i], sig))
+		if (procs[i].mine && !procs[i].zombie && signal_entry(&procs[i], sig))
 			sent++;
 	free(procs);
 	return sent;
@@ -371,7 +419,11 @@ term(Keeper *k, int64_t kill_at)
 	int			n = 0;
 
 	if (!k->termed)
+	{
 		n = DlockTreeSignal(getpid(), k->cmd_done ? 0 : k->cmd, SIGTERM);
+		/* a stopped process could not act on it (as systemd does) */
+		DlockTreeSignal(getpid(), k->cmd_done ? 0 : k->cmd, SIGCONT);
+	}
 	k->termed = true;
 	k->kill_at = min64(k->kill_at, kill_at);
 	return n;
@@ -439,6 +491,7 @@ keeper_reap(Keeper *k)
 					k->cmd_status = 128 + WTERMSIG(status);
 				else
 					k->cmd_status = DLOCK_EXIT_ERROR;
+				write_msg(k->report, KEEPER_CMD_EXITED, k->cmd_status, 0);
 			}
 			continue;
 		}
@@ -478,10 +531,19 @@ keeper_main(Keeper *k)
 	pid_t		self = getpid();
 	size_t		i;
 	int			null_fd;
+	int			contained = 1;
 
 #ifdef __linux__
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+		contained = 0;
 #endif
+	/*
+	 * A process group of its own: a stop or kill of dlock's group (kill
+	 * -STOP -- -PGID, Ctrl-Z) does not stop the keeper, which goes on
+	 * keeping the deadline for the processes outside the group; CMD goes
+	 * back into dlock's group (the terminal's).
+	 */
+	setpgid(0, 0);
 	/* a pipe of its own for the signals it catches; dlock's is closed */
 	DlockSignalsReinit();
 	DlockSignalCatch(SIGCHLD, NULL);
@@ -497,6 +559,7 @@ keeper_main(Keeper *k)
 		if (getppid() != self)
 			_exit(128 + SIGTERM);
 #endif
+		setpgid(0, k->setup.pgid);
 		close(k->ctl);
 		close(k->report);
 		DlockSignalsRestoreInChild();
@@ -508,7 +571,9 @@ keeper_main(Keeper *k)
 		write_msg(k->report, KEEPER_STARTED, -errno, 0);
 		_exit(DLOCK_EXIT_ERROR);
 	}
-	write_msg(k->report, KEEPER_STARTED, (int) k->cmd, 0);
+	/* (as shells do, from both sides: whichever comes first) */
+	setpgid(k->cmd, k->setup.pgid);
+	write_msg(k->report, KEEPER_STARTED, (int) k->cmd, contained);
 
 	/* the keeper reads and writes no terminal, and holds no output open */
 	null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -566,9 +631,14 @@ keeper_main(Keeper *k)
 		{
 			int			n = DlockTreeSignal(self, k->cmd_done ? 0 : k->cmd, SIGKILL);
 
+			/* by the deadline, or by the time a stop gave? */
 			if (!k->killed && n > 0)
-				write_msg(k->report, KEEPER_KILL, 0, n);
+				write_msg(k->report, KEEPER_KILL,
+						  kill_time == k->deadline - k->setup.margin_ms &&
+						  (!k->termed || k->kill_at > kill_time) ?
+						  KEEPER_WHY_DEADLINE : 0, n);
 			k->killed = true;
+			k->termed = true;
 			wake = min64(wake, now + KILL_REPEAT_MS);
 		}
 		else
@@ -585,7 +655,9 @@ keeper_main(Keeper *k)
 			nfds = 2;
 		}
 		now = DlockNow();
-		poll(fds, nfds, wake <= now ? 0 : (int) min64(wake - now, 60000));
+		if (poll(fds, nfds, wake <= now ? 0 : (int) min64(wake - now, 60000)) < 0 &&
+			errno != EINTR)
+			(void) poll(NULL, 0, KILL_REPEAT_MS);	/* never spin */
 		while (DlockSignalNext(&signo, &code))
 			;					/* SIGCHLD: reaped above; the others: ignored */
 	}
@@ -684,6 +756,7 @@ DlockKeeperStart(DlockKeeper *kp, const DlockKeeperSetup *setup)
 	if (rc == 1 && m.type == KEEPER_STARTED && m.a > 0)
 	{
 		kp->cmd = (pid_t) m.a;
+		kp->contained = m.b == 1;
 		set_flags(kp->report, true);
 		return true;
 	}

@@ -161,6 +161,9 @@ take_line(DlockNotify *n, const char *line, size_t len, int64_t now)
 			usec = strtoll(num, &end, 10);
 			if (errno == 0 && *end == '\0' && usec > 0)
 			{
+				/* (at most a year: no overflow in the arithmetic below) */
+				if (usec > 365LL * 24 * 3600 * 1000000)
+					usec = 365LL * 24 * 3600 * 1000000;
 				/* as systemd: the new timeout runs from now */
 				n->timeout_ms = (usec + 999) / 1000;
 				n->last_ping = now;

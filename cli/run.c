@@ -12,9 +12,10 @@
  * cli/notify.c), owns every process CMD starts (a child subreaper), ends
  * them all when told to or when the lease's deadline nears, and exits,
  * with CMD's status, once CMD and all of them have ended.  "CMD" below
- * means that whole tree, and "CMD exited" that the keeper did.  All of
- * them stay in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z
- * reach the job, and CMD can read the terminal).  dlock runs one poll()
+ * means that whole tree, and "CMD exited" that the keeper did.  CMD
+ * stays in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z reach
+ * the job, and CMD can read the terminal); the keeper has one of its own
+ * (cli/keeper.c).  dlock runs one poll()
  * loop over the self-pipe of its signal handlers (cli/signals.c), the
  * socket of its database connection (cli/conn.c, never blocking), the
  * keeper's report pipe and the watchdog's socket, with a timeout taken
@@ -228,7 +229,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -394,6 +394,8 @@ typedef struct Run
 	pid_t		cmd;
 	DlockKeeper keeper;
 	int64_t		grace;			/* SIGTERM at deadline - grace, unrenewed */
+	int64_t		margin;			/* SIGKILL at deadline - margin, at the latest */
+	bool		cmd_exited;		/* CMD itself has (its processes may not) */
 
 	/*
 	 * Why CMD is being stopped while the lease is held (STOPPING, KILLING
@@ -559,18 +561,22 @@ stop_child(Run *r, int64_t kill_at)
 }
 
 /*
- * kill_after_text describes when the tree gets SIGKILL after a stop at
- * now: --kill-after later, or at the deadline if that comes first.
+ * kill_after_text describes when the job gets SIGKILL after a stop at now:
+ * --kill-after later, or, if that comes first, at the lease's deadline
+ * (less the margin: the keeper's bound on every stop).
  */
 static const char *
-kill_after_text(const Run *r, int64_t now, bool lease_held)
+kill_after_text(const Run *r, int64_t now)
 {
 	static char buf[96];
 	char		d[32];
+	int64_t		at = r->deadline - r->margin;
 
-	if (lease_held && r->deadline < now + r->opt->kill_after_ms)
+	if (at <= now)
+		snprintf(buf, sizeof(buf), "SIGKILL at once, its deadline has come");
+	else if (at < now + r->opt->kill_after_ms)
 	{
-		DlockFormatDuration(r->deadline > now ? r->deadline - now : 0, d, sizeof(d));
+		DlockFormatDuration(at - now, d, sizeof(d));
 		snprintf(buf, sizeof(buf), "SIGKILL in %s, at the lease's deadline", d);
 	}
 	else
@@ -605,7 +611,7 @@ lose(Run *r, int64_t now, const char *why, const char *detail)
 	if (r->phase == PH_RUNNING)
 	{
 		say(r, "lost: %s; stopping CMD (pid %d) and every process it started with SIGTERM, %s",
-			why, (int) r->cmd, kill_after_text(r, now, false));
+			why, (int) r->cmd, kill_after_text(r, now));
 		stop_child(r, now + r->opt->kill_after_ms);
 		set_phase(r, PH_STOPPING);
 	}
@@ -619,6 +625,11 @@ lose(Run *r, int64_t now, const char *why, const char *detail)
 	{
 		/* CMD was being stopped with the lease held: now it is gone */
 		say(r, "lost: %s; CMD is being stopped", why);
+	}
+	else if (r->phase == PH_LOST)
+	{
+		/* reap() above found CMD exited after a stop: the run is over */
+		say(r, "lost: %s", why);
 	}
 	else
 	{
@@ -661,7 +672,7 @@ lose_members(Run *r, int64_t now, const bool *lost, const char *why)
 	{
 		case PH_RUNNING:
 			say(r, "lost %s: %s; the set is lost: stopping CMD (pid %d) and every process it started with SIGTERM, %s; still holding %s until they have exited, then releasing %s",
-				gone, why, (int) r->cmd, kill_after_text(r, now, true), rest,
+				gone, why, (int) r->cmd, kill_after_text(r, now), rest,
 				r->nheld == 1 ? "it" : "them");
 			stop_child(r, now + r->opt->kill_after_ms);
 			set_phase(r, PH_STOPPING);
@@ -823,7 +834,8 @@ start_child(Run *r)
 	setup.cleanup = r->opt->watchdog_ms > 0 ? DlockNotifyCleanup : NULL;
 	setup.deadline = r->deadline;
 	setup.grace_ms = r->grace;
-	setup.margin_ms = r->opt->ttl_ms / 20 < KILL_MARGIN_MS ? r->opt->ttl_ms / 20 : KILL_MARGIN_MS;
+	setup.margin_ms = r->margin;
+	setup.pgid = getpgrp();
 	setup.kill_after_ms = r->opt->kill_after_ms;
 	setup.close_fd = r->link.conn ? PQsocket(r->link.conn) : -1;
 	setup.close_fd2 = r->notify.fd;
@@ -842,6 +854,10 @@ start_child(Run *r)
 	}
 	r->child = r->keeper.pid;
 	r->cmd = r->keeper.cmd;
+#ifdef __linux__
+	if (!r->keeper.contained)
+		DlockError("warning: the keeper could not become a child subreaper: processes that CMD's processes leave behind are not stopped with the job");
+#endif
 	r->notify.last_ping = DlockNow();
 	set_phase(r, PH_RUNNING);
 }
@@ -943,11 +959,25 @@ handle_keeper(Run *r, int64_t now)
 		else if (type == KEEPER_TERM && a == KEEPER_WHY_LEFTOVER)
 			say(r, "CMD (pid %d) exited, leaving %" PRId64 " process%s running: stopping %s with SIGTERM, %s",
 				(int) r->cmd, b, b == 1 ? "" : "es", b == 1 ? "it" : "them",
-				kill_after_text(r, now, holds(r)));
+				kill_after_text(r, now));
+		else if (type == KEEPER_CMD_EXITED)
+			r->cmd_exited = true;
 		else if (type == KEEPER_KILL)
 		{
-			say(r, "%" PRId64 " process%s of CMD still running: sent SIGKILL",
-				b, b == 1 ? "" : "es");
+			if (a == KEEPER_WHY_DEADLINE && r->phase == PH_RUNNING)
+			{
+				/*
+				 * Stopped with the lease in hand (a SIGTERM to dlock, or
+				 * what CMD left behind), and no renew came by the deadline
+				 * since: the keeper kills at the deadline.
+				 */
+				say(r, "not renewed in time: its deadline has come while CMD's processes were being stopped");
+				r->stop = STOP_DEADLINE;
+				set_phase(r, PH_STOPPING);
+			}
+			say(r, "%" PRId64 " process%s of CMD still running: sent SIGKILL%s",
+				b, b == 1 ? "" : "es",
+				a == KEEPER_WHY_DEADLINE ? " at the lease's deadline" : "");
 			if (r->phase == PH_STOPPING)
 				set_phase(r, PH_KILLING);
 		}
@@ -973,6 +1003,12 @@ handle_signals(Run *r, int64_t now)
 		if (signo == SIGCHLD)
 		{
 			wake_now = true;
+			continue;
+		}
+		if (signo == SIGCONT)
+		{
+			/* a Ctrl-Z and fg: the job gets a full watchdog time again */
+			r->notify.last_ping = now;
 			continue;
 		}
 		if (PHASE_IN(r, PH_CMD_RUNS))
@@ -1309,7 +1345,8 @@ next_wake(const Run *r)
 				break;
 		}
 	}
-	if (r->phase == PH_RUNNING && r->notify.fd >= 0)
+	if (r->phase == PH_RUNNING && r->notify.fd >= 0 && !r->told_to_stop &&
+		!r->cmd_exited)
 		EARLIER(DlockNotifyDue(&r->notify));
 #undef EARLIER
 	return wake == INT64_MAX ? -1 : wake;
@@ -1356,7 +1393,9 @@ check_deadline(Run *r, int64_t now)
 		return;
 	}
 	DlockFormatDuration(now - r->deadline, late, sizeof(late));
-	if (r->failures > 0)
+	if (r->stop == STOP_WATCHDOG)
+		lose(r, now, "not renewed since the watchdog fired, it has expired", NULL);
+	else if (r->failures > 0)
 		lose(r, now, "no renew succeeded before it expired", r->link.errmsg);
 	else if (r->call == CALL_RENEW)
 		lose(r, now, "the database did not answer the renew before the lease expired", NULL);
@@ -1381,17 +1420,18 @@ check_watchdog(Run *r, int64_t now)
 {
 	char		dur[32];
 
-	if (r->phase != PH_RUNNING || r->notify.fd < 0 ||
-		now < DlockNotifyDue(&r->notify))
+	/* (once CMD has exited, or dlock was told to stop, nothing pings) */
+	if (r->phase != PH_RUNNING || r->notify.fd < 0 || r->told_to_stop ||
+		r->cmd_exited || now < DlockNotifyDue(&r->notify))
 		return;
 	DlockFormatDuration(r->notify.timeout_ms, dur, sizeof(dur));
 	if (r->notify.triggered)
 		say(r, "CMD sent WATCHDOG=trigger: stopping CMD (pid %d) and every process it started with SIGTERM, %s; not renewing the lease any more",
-			(int) r->cmd, kill_after_text(r, now, true));
+			(int) r->cmd, kill_after_text(r, now));
 	else
 		say(r, "CMD sent no WATCHDOG=1 for %s%s: stopping CMD (pid %d) and every process it started with SIGTERM, %s; not renewing the lease any more",
 			dur, r->notify.pings == 0 ? " (none since it started)" : "",
-			(int) r->cmd, kill_after_text(r, now, true));
+			(int) r->cmd, kill_after_text(r, now));
 	r->stop = STOP_WATCHDOG;
 	r->renewing = false;
 	stop_child(r, now + r->opt->kill_after_ms);
@@ -1441,8 +1481,15 @@ DlockRun(const DlockOptions *opt)
 	r.renewing = true;
 	r.notify.fd = -1;
 	r.keeper.ctl = r.keeper.report = -1;
-	/* SIGTERM before the deadline: see "Timing rules" */
+	/*
+	 * SIGTERM before the deadline, SIGKILL at it less the margin: see
+	 * "Timing rules" (the grace is never less than the margin, so that
+	 * SIGTERM never comes after SIGKILL)
+	 */
+	r.margin = opt->ttl_ms / 20 < KILL_MARGIN_MS ? opt->ttl_ms / 20 : KILL_MARGIN_MS;
 	r.grace = opt->kill_after_ms < opt->ttl_ms / 3 ? opt->kill_after_ms : opt->ttl_ms / 3;
+	if (r.grace < r.margin)
+		r.grace = r.margin;
 	r.literal_nheld = -1;
 	DlockInterval(opt->ttl_ms, r.ttl_text, sizeof(r.ttl_text));
 	DlockLeasesInit(&r.leases, opt);
@@ -1452,13 +1499,6 @@ DlockRun(const DlockOptions *opt)
 		snprintf(owner, sizeof(owner), "dlock run %s pid %d", DlockHostname(),
 				 (int) getpid());
 
-	/* the watchdog's socket, before anything is held */
-	if (opt->watchdog_ms > 0 &&
-		!DlockNotifyOpen(&r.notify, opt->watchdog_ms, err, sizeof(err)))
-	{
-		DlockError("%s", err);
-		return DLOCK_EXIT_ERROR;
-	}
 #ifdef __linux__
 	/* should the keeper be killed, CMD's processes come to dlock */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -1487,11 +1527,22 @@ DlockRun(const DlockOptions *opt)
 		for (i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
 			DlockSignalCatch(forwarded[i], NULL);
 		DlockSignalCatch(SIGCHLD, NULL);
+		/* (a watchdog starts again after a stop of dlock's process group) */
+		if (opt->watchdog_ms > 0)
+			DlockSignalCatch(SIGCONT, NULL);
 		/* a closed stderr must not kill dlock while it holds a lease */
 		DlockSignalIgnore(SIGPIPE);
 
-		r.status = DlockAcquireLease(&r.link, opt, owner, &r.leases,
-									 &r.sent_at, &answered_at);
+		/* the watchdog's socket, before anything is held */
+		if (opt->watchdog_ms > 0 &&
+			!DlockNotifyOpen(&r.notify, opt->watchdog_ms, err, sizeof(err)))
+		{
+			DlockError("%s", err);
+			r.status = DLOCK_EXIT_ERROR;
+		}
+		else
+			r.status = DlockAcquireLease(&r.link, opt, owner, &r.leases,
+										 &r.sent_at, &answered_at);
 		/* (not idle: DlockAcquireLease said why when it gave up) */
 		if (r.status == DLOCK_EXIT_NOT_ACQUIRED &&
 			r.link.state == DLOCK_LINK_IDLE)
@@ -1634,7 +1685,7 @@ DlockRun(const DlockOptions *opt)
 			DlockError("poll failed: %s", strerror(errno));
 			/* (closing the ctl pipe tells the keeper too) */
 			if (PHASE_IN(&r, PH_CMD_RUNS))
-				stop_child(&r, DlockNow());
+				stop_child(&r, DlockNow() + opt->kill_after_ms);
 			set_phase(&r, PH_FAILED);
 			break;
 		}

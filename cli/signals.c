@@ -92,17 +92,13 @@ handler(int signo, siginfo_t *info, void *context)
 /*
  * set_flags makes fd non-blocking and close-on-exec.
  */
-static void
+static bool
 set_flags(int fd)
 {
 	int			fl = fcntl(fd, F_GETFL);
 
-	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
-		fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
-	{
-		DlockError("could not set up the signal pipe: %s", strerror(errno));
-		exit(DLOCK_EXIT_ERROR);
-	}
+	return fl >= 0 && fcntl(fd, F_SETFL, fl | O_NONBLOCK) == 0 &&
+		fcntl(fd, F_SETFD, FD_CLOEXEC) == 0;
 }
 
 /*
@@ -117,8 +113,11 @@ DlockSignalsInit(void)
 		DlockError("could not create the signal pipe: %s", strerror(errno));
 		exit(DLOCK_EXIT_ERROR);
 	}
-	set_flags(sig_pipe[0]);
-	set_flags(sig_pipe[1]);
+	if (!set_flags(sig_pipe[0]) || !set_flags(sig_pipe[1]))
+	{
+		DlockError("could not set up the signal pipe: %s", strerror(errno));
+		exit(DLOCK_EXIT_ERROR);
+	}
 	sigprocmask(SIG_SETMASK, NULL, &original_mask);
 }
 
@@ -134,10 +133,9 @@ DlockSignalsReinit(void)
 	close(sig_pipe[0]);
 	close(sig_pipe[1]);
 	sig_pipe[0] = sig_pipe[1] = -1;
-	if (pipe(sig_pipe) != 0)
+	/* (in a forked child: _exit, not exit, which would run atexit hooks) */
+	if (pipe(sig_pipe) != 0 || !set_flags(sig_pipe[0]) || !set_flags(sig_pipe[1]))
 		_exit(DLOCK_EXIT_ERROR);
-	set_flags(sig_pipe[0]);
-	set_flags(sig_pipe[1]);
 }
 
 /*

@@ -4,9 +4,8 @@
  *	  Small helpers of the dlock command-line tool: the monotonic clock,
  *	  durations ("500ms", "30s", "2m", "1h", "1m30s"), messages, memory.
  *
- * Concurrency: none.  DlockNow() is also called from the SIGALRM handler
- * of cli/run.c; it only calls clock_gettime(), which is
- * async-signal-safe, and touches no shared state.
+ * Concurrency: none.  DlockNow() reads CLOCK_MONOTONIC, the one clock of
+ * dlock and of its keeper (cli/keeper.c), a separate process.
  *
  * Copyright (c) 2026, the dlock authors
  *

@@ -4,7 +4,8 @@
 # BENCH_SYNC_MODES, bench_sync) against `etcdctl lock NAME true` on an
 # etcd started here (Debian's etcd-server, on 127.0.0.1, non-default
 # ports, a throwaway data directory, stopped when the workload ends), and
-# for scale `psql -c 'select 1'`.  The sides alternate, one process at a
+# for scale `psql -c 'select 1'`, `dlock --version` and `dlock status NAME`
+# (where dlock run's time goes).  The sides alternate, one process at a
 # time (A B C, C B A, ...), each timed from bash ($EPOCHREALTIME) around
 # the process.  Target: dlock / etcd <= 0.6.  Preload cluster only.
 # Sourced by bench/run.
@@ -45,7 +46,7 @@ etcd_version=$("$etcd_bin" --version 2>/dev/null | sed -n 's/^etcd Version: *//p
 
 sides=()
 for mode in $BENCH_SYNC_MODES; do sides+=("dlock-$mode"); done
-sides+=(etcd psql)
+sides+=(etcd psql version status)
 bench_say "dlock run vs etcdctl lock (etcd ${etcd_version:-?}): whole processes, $runs alternating runs each of ${sides[*]}"
 
 # one SIDE: runs SIDE's command once, prints its wall time in ms; stops
@@ -57,6 +58,12 @@ one() {
         dlock-*) bench_sync "${1#dlock-}" "$cli" run bench-etcd-cmp -- true || status=$? ;;
         etcd) "$etcdctl_bin" --endpoints="$endpoint" lock bench-etcd-cmp true || status=$? ;;
         psql) psql -X -q -c 'select 1' >/dev/null || status=$? ;;
+        # where dlock run's time goes: the process with libpq's libraries
+        # alone, and that plus a session and one query
+        version) "$cli" --version >/dev/null || status=$? ;;
+        status) "$cli" status bench-etcd-cmp >/dev/null
+            s=$?
+            [ "$s" -le 1 ] || status=$s ;;    # 1: no live lease, as expected
     esac
     t1=$EPOCHREALTIME
     [ "$status" -eq 0 ] || dlock_die "90-etcd: side $1 failed (status $status)"
@@ -97,10 +104,12 @@ for mode in $BENCH_SYNC_MODES; do
 done
 bench_row "\`etcdctl lock NAME true\`, whole process, etcd ${etcd_version:-?} on loopback, one member" "$(cell etcd)"
 bench_row "For scale: \`psql -X -c 'select 1'\`, whole process" "$(cell psql)"
+bench_row "Where dlock run's time goes: \`dlock --version\` (the process, libpq and its libraries loaded)" "$(cell version)"
+bench_row "Where dlock run's time goes: \`dlock status NAME\` (the process, a new session, one query)" "$(cell status)"
 for mode in $BENCH_SYNC_MODES; do
     r=$(bench_ratio "$(times_of "dlock-$mode" | cut -d' ' -f1)" "$etcd_ms")
     bench_row "dlock run / etcdctl lock, synchronous_commit = $mode (ratio of medians)" \
         "$r" "≤ 0.6" "$(bench_le "$r" 0.6)"
 done
 
-bench_note "dlock run vs etcdctl lock: each side is one whole process started from bash and timed around it (\$EPOCHREALTIME; fork, exec, connection, lock, running true, unlock, exit): cli/dlock run bench-etcd-cmp -- true (default ttl 30 s; connection from PGHOST etc. as for the other workloads, a Unix socket; synchronous_commit from PGOPTIONS), etcdctl --endpoints=$endpoint lock bench-etcd-cmp true (ETCDCTL_API=3; etcd ${etcd_version:-?} started by the bench, one member on 127.0.0.1 with a throwaway data directory, fsync on its WAL as always), and psql -X -c 'select 1' for scale (connect, one query, exit). One uncounted run of each side, then $runs runs of each, the sides alternating (A B C, C B A, …); a side's figure is the median of its runs."
+bench_note "dlock run vs etcdctl lock: each side is one whole process started from bash and timed around it (\$EPOCHREALTIME; fork, exec, connection, lock, running true, unlock, exit): cli/dlock run bench-etcd-cmp -- true (default ttl 30 s; connection from PGHOST etc. as for the other workloads, a Unix socket; synchronous_commit from PGOPTIONS), etcdctl --endpoints=$endpoint lock bench-etcd-cmp true (ETCDCTL_API=3; etcd ${etcd_version:-?} started by the bench, one member on 127.0.0.1 with a throwaway data directory, fsync on its WAL as always), and psql -X -c 'select 1' for scale (connect, one query, exit); cli/dlock --version and cli/dlock status bench-etcd-cmp show how much of dlock run is the process start and a new session. One uncounted run of each side, then $runs runs of each, the sides alternating (A B C, C B A, …); a side's figure is the median of its runs."

@@ -12,7 +12,7 @@
 # child of CMD) writes a heartbeat (bash's EPOCHREALTIME) every 50 ms
 # and, on SIGTERM, goes on writing for its stop time before it exits:
 # 0.3 s, 1.5 s (both within --kill-after 2s), and 4 s (longer: it must be
-# killed).  Once the proxy is silent, a second dlock run per name waits
+# killed), and 4 s with --kill-after 0 (SIGKILL at once, at the deadline).  Once the proxy is silent, a second dlock run per name waits
 # for the lease over a direct connection and writes the time it started.
 # Checked: every heartbeat of the first job comes before the second job
 # started (no overlap), the first dlock exits 76 and says why, and the
@@ -99,7 +99,7 @@ my $via_proxy = "host=127.0.0.1 port=$pport dbname=postgres";
 # ---------------------------------------------------------------------
 # The jobs.
 # ---------------------------------------------------------------------
-my %stop = ('quick' => 0.3, 'graceful' => 1.5, 'slow' => 4);
+my %stop = ('quick' => 0.3, 'graceful' => 1.5, 'slow' => 4, 'zero' => 4);
 my %first;
 for my $case (sort keys %stop)
 {
@@ -119,7 +119,9 @@ wait
 });
 	$first{$case} = dlock_start(
 		[
-			'run', '-d', $via_proxy, '--ttl', '6s', '--kill-after', '2s',
+			'run', '-d', $via_proxy, '--ttl', '6s',
+			# zero: --kill-after 0, SIGKILL at once: at the deadline
+			'--kill-after', $case eq 'zero' ? '0' : '2s',
 			"part-$case", '--', "$dir/$case.sh"
 		]);
 }
@@ -157,7 +159,7 @@ for my $case (sort keys %stop)
 	note(sprintf("%s: last heartbeat %.3f s before the second job started",
 			$case, $start - $last))
 	  if defined $last && $start ne '';
-	if ($case eq 'slow')
+	if ($case eq 'slow' || $case eq 'zero')
 	{
 		like($h->{stderr}, qr/sent SIGKILL/,
 			"$case: the job that would not stop in time was killed");

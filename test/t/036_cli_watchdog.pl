@@ -288,6 +288,34 @@ is(lease('usec-job'), 't|f', 'WATCHDOG_USEC=60000000: the lease was released');
 is_deeply([ socket_dirs() ], [], 'nothing is left under TMPDIR');
 
 # ---------------------------------------------------------------------
+# 6b. Once nothing can ping any more, the watchdog is off: CMD exited and
+# left a process that takes 2 s to end on SIGTERM; dlock was told to stop
+# (SIGTERM) and CMD takes 2 s to clean up.  Both longer than the 1 s
+# watchdog: dlock exits with CMD's status, not 80.
+# ---------------------------------------------------------------------
+write_script("$dir/left.sh", qq{$notify WATCHDOG=1
+( trap 'sleep 2; exit 0' TERM; sleep 100 & wait ) &
+echo started > $dir/left.started
+exit 0
+});
+write_script("$dir/told.sh", qq{trap 'sleep 2; exit 3' TERM
+echo started > $dir/told.started
+while :; do $notify WATCHDOG=1; sleep 0.3; done
+});
+my $left = run_job('left-job', \@wd, "$dir/left.sh");
+# (--kill-after 5s: the cleanup may take its 2 s)
+my $told = run_job('told-job', [ '--ttl', '4s', '--watchdog', '1s', '--kill-after', '5s' ],
+	"$dir/told.sh");
+ok(wait_for_file("$dir/told.started"), 'told: CMD started');
+kill 'TERM', $told->{pid};
+is(dlock_wait($left), 0, "leftovers ending after the watchdog's time: CMD's status, not 80");
+like($left->{stderr}, qr/leaving \d+ process/, 'leftovers: dlock stopped what CMD left');
+unlike($left->{stderr}, qr/WATCHDOG/, 'leftovers: the watchdog did not fire');
+is(dlock_wait($told), 3, "told to stop, a cleanup longer than the watchdog: CMD's status (3), not 80");
+unlike($told->{stderr}, qr/WATCHDOG/, 'told to stop: the watchdog did not fire');
+is(lease('left-job') . ' ' . lease('told-job'), 't|f t|f', 'both leases were released');
+
+# ---------------------------------------------------------------------
 # 7. Usage.
 # ---------------------------------------------------------------------
 
