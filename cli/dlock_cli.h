@@ -143,7 +143,6 @@ typedef struct DlockKeeperSetup
 	int64_t		grace_ms;		/* SIGTERM this long before the deadline */
 	int64_t		margin_ms;		/* SIGKILL this long before the deadline */
 	int64_t		kill_after_ms;	/* --kill-after */
-	pid_t		pgid;			/* dlock's process group, CMD's */
 	int			close_fd;		/* dlock's descriptors the keeper must not */
 	int			close_fd2;		/* hold, or -1 */
 } DlockKeeperSetup;

@@ -19,14 +19,15 @@
  * reading every /proc/PID/stat (ppid links; each process identified by
  * pid and start time, and signalled through a pidfd opened and checked
  * against that start time, so a pid reused meanwhile is never hit).  It
- * is empty exactly when the keeper has no children left.  CMD is in
- * dlock's process group, so a terminal's Ctrl-C and Ctrl-Z reach the job
- * as they would without dlock, and CMD can read the terminal; the keeper
- * has a process group of its own, so that a stop (Ctrl-Z, kill -STOP --
- * -PGID) or a kill of dlock's group does not reach it: it keeps the
- * deadline for the processes outside that group (a setsid daemon), and
- * ends them if the group is killed.  Where /proc shows another pid
- * namespace than the keeper's, or off Linux, the tree is CMD alone.
+ * is empty exactly when the keeper has no children left.  Everything
+ * stays in dlock's process group, so a terminal's Ctrl-C and Ctrl-Z reach
+ * the job as they would without dlock, and CMD can read the terminal.
+ * (Not a group of the keeper's own: CMD, a child of the keeper in another
+ * group, would tie dlock's group to it, and CMD's exit could orphan that
+ * group while a member is stopped, which makes the kernel send the whole
+ * group SIGHUP: the script that ran dlock among them.)  Where /proc shows
+ * another pid namespace than the keeper's, or off Linux, the tree is CMD
+ * alone.
  *
  * The keeper decides nothing about the lease; it enforces time.  It knows
  * the lease's local deadline D (dlock sends each new one after a renew),
@@ -64,7 +65,11 @@
  * The keeper ignores (catches, in fact, so that CMD inherits the
  * dispositions dlock started with) SIGHUP, SIGINT, SIGQUIT, SIGTERM,
  * SIGUSR1 and SIGUSR2: a signal to the whole process group reaches the
- * tree directly, and the keeper must outlive the job to clean up after it.
+ * tree directly, and the keeper must outlive the job to clean up after it;
+ * and SIGTSTP, SIGTTIN and SIGTTOU: a Ctrl-Z stops dlock and the job, but
+ * not the keeper, which goes on keeping the deadline (for the processes
+ * outside the group too, a setsid daemon).  SIGSTOP it cannot ignore: a
+ * kill -STOP -- -PGID of the whole group stops the keeper too.
  * Its SIGTERMs are followed by SIGCONT, as systemd does, so that a
  * stopped process can act on them.  Signals dlock passes on to CMD go
  * through the keeper (KEEPER_SIGNAL), which alone may signal CMD's pid:
@@ -526,7 +531,8 @@ keeper_main(Keeper *k) __attribute__((noreturn));
 static void
 keeper_main(Keeper *k)
 {
-	static const int ignored[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2};
+	static const int ignored[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2,
+	SIGTSTP, SIGTTIN, SIGTTOU};
 	sigset_t	none;
 	pid_t		self = getpid();
 	size_t		i;
@@ -537,13 +543,7 @@ keeper_main(Keeper *k)
 	if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
 		contained = 0;
 #endif
-	/*
-	 * A process group of its own: a stop or kill of dlock's group (kill
-	 * -STOP -- -PGID, Ctrl-Z) does not stop the keeper, which goes on
-	 * keeping the deadline for the processes outside the group; CMD goes
-	 * back into dlock's group (the terminal's).
-	 */
-	setpgid(0, 0);
+
 	/* a pipe of its own for the signals it catches; dlock's is closed */
 	DlockSignalsReinit();
 	DlockSignalCatch(SIGCHLD, NULL);
@@ -559,7 +559,6 @@ keeper_main(Keeper *k)
 		if (getppid() != self)
 			_exit(128 + SIGTERM);
 #endif
-		setpgid(0, k->setup.pgid);
 		close(k->ctl);
 		close(k->report);
 		DlockSignalsRestoreInChild();
@@ -571,8 +570,6 @@ keeper_main(Keeper *k)
 		write_msg(k->report, KEEPER_STARTED, -errno, 0);
 		_exit(DLOCK_EXIT_ERROR);
 	}
-	/* (as shells do, from both sides: whichever comes first) */
-	setpgid(k->cmd, k->setup.pgid);
 	write_msg(k->report, KEEPER_STARTED, (int) k->cmd, contained);
 
 	/* the keeper reads and writes no terminal, and holds no output open */

@@ -12,10 +12,10 @@
  * cli/notify.c), owns every process CMD starts (a child subreaper), ends
  * them all when told to or when the lease's deadline nears, and exits,
  * with CMD's status, once CMD and all of them have ended.  "CMD" below
- * means that whole tree, and "CMD exited" that the keeper did.  CMD
- * stays in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z reach
- * the job, and CMD can read the terminal); the keeper has one of its own
- * (cli/keeper.c).  dlock runs one poll()
+ * means that whole tree, and "CMD exited" that the keeper did.  All of
+ * them stay in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z
+ * reach the job, and CMD can read the terminal); a Ctrl-Z does not stop
+ * the keeper (cli/keeper.c).  dlock runs one poll()
  * loop over the self-pipe of its signal handlers (cli/signals.c), the
  * socket of its database connection (cli/conn.c, never blocking), the
  * keeper's report pipe and the watchdog's socket, with a timeout taken
@@ -835,7 +835,6 @@ start_child(Run *r)
 	setup.deadline = r->deadline;
 	setup.grace_ms = r->grace;
 	setup.margin_ms = r->margin;
-	setup.pgid = getpgrp();
 	setup.kill_after_ms = r->opt->kill_after_ms;
 	setup.close_fd = r->link.conn ? PQsocket(r->link.conn) : -1;
 	setup.close_fd2 = r->notify.fd;

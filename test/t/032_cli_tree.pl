@@ -264,30 +264,28 @@ is(join(' ', alive(pids('keeper'))), '',
 is(lease('keeper-job'), 't|f', 'keeper killed: the lease is released');
 
 # ---------------------------------------------------------------------
-# dlock's whole process group stopped (kill -STOP -- -PGID, as a Ctrl-Z
-# stops a terminal's job): the keeper, in a group of its own, is not, and
-# ends the processes outside the group (a setsid daemon) by the deadline,
-# although nobody continues the group.  (Once CMD is gone, the kernel
-# continues dlock's group itself, with SIGHUP: an orphaned process group
-# with a stopped member.)
+# dlock and CMD stopped, as a Ctrl-Z stops them (SIGTSTP to the group; the
+# keeper ignores it, 035 shows it on a terminal): the keeper goes on
+# keeping the deadline and ends the job, the daemon outside the group
+# too, although nobody continues dlock and CMD.
 # ---------------------------------------------------------------------
 write_script("$dir/group.sh", qq{export PIDS=$dir/group.pids
 echo \$\$ >> "\$PIDS"
 setsid -f bash -c 'echo \$\$ >> "\$PIDS"; while :; do sleep 0.2; done' < /dev/null > /dev/null 2>&1
 while :; do sleep 0.2; done
 });
-# (setsid execs dlock in place: dlock leads a process group of its own)
-my $g = dlock_start([ dlock_path(), 'run', '-d', $conn, '--ttl', '2s', 'group-job', '--', "$dir/group.sh" ],
-	program => '/usr/bin/setsid');
+my $g = dlock_start([ 'run', '-d', $conn, '--ttl', '2s', 'group-job', '--', "$dir/group.sh" ]);
 ok(wait_pids('group', 2), 'group: every process of the job started');
-my (undef, $daemon) = pids('group');
-kill 'STOP', -$g->{pid};
-# (the ttl is 2 s: by 20 s it is gone, or the keeper was stopped too)
+my ($gcmd, $daemon) = pids('group');
+kill 'STOP', $g->{pid}, $gcmd;
+# (the ttl is 2 s: by 20 s they are gone, or the keeper did nothing)
 my $t_end = Time::HiRes::time() + 20;
-Time::HiRes::sleep(0.05) while process_alive($daemon) && Time::HiRes::time() < $t_end;
-ok(!process_alive($daemon),
-	'group: the daemon outside the stopped group was ended, the group still stopped');
-kill 'CONT', -$g->{pid};
+Time::HiRes::sleep(0.05)
+  while (process_alive($daemon) || process_alive($gcmd)) && Time::HiRes::time() < $t_end;
+ok(!process_alive($daemon) && !process_alive($gcmd),
+	'group: the keeper ended the job, the daemon too, while dlock was stopped');
+like(slurp("/proc/$g->{pid}/stat"), qr/^\d+ \(.*\) T /s, '... (dlock was still stopped)');
+kill 'CONT', $g->{pid};
 is(dlock_wait($g), 76, 'group: resumed past its deadline, dlock exits 76');
 is(join(' ', alive(pids('group'))), '', 'group: no process of the job is left');
 

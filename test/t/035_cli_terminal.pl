@@ -20,10 +20,10 @@
 #
 #   1. CMD reads a line typed on the terminal and prints it.
 #   2. ^Z: the shell reports the job stopped and prompts; dlock and CMD
-#      are stopped (state T), both in one process group, the terminal's
-#      foreground group while the job ran; the keeper, in a process group
-#      of its own (so that it goes on keeping the deadline), is not; fg:
-#      the job goes on (new ticks).
+#      are stopped (state T), the keeper is not (it ignores SIGTSTP, to go
+#      on keeping the deadline); all three in one process group, the
+#      terminal's foreground group while the job ran; fg: the job goes on
+#      (new ticks).
 #   3. ^C: CMD's INT trap runs, once (dlock does not pass the terminal's
 #      SIGINT on a second time), CMD exits 5; dlock exits 5; the lease
 #      is released; no process of the job is left.
@@ -206,10 +206,9 @@ my (undef, $dlock_pid, $pgrp, $tpgid) = proc_stat($keeper_pid // 0);
 my (undef, $dlock_ppid) = proc_stat($dlock_pid // 0);
 is($dlock_ppid, $shell, "CMD's parent's parent is dlock, the shell's child");
 is(slurp("/proc/$dlock_pid/comm"), "dlock\n", "that process is dlock");
-is( join(' ', map { (proc_stat($_))[2] } $dlock_pid, $cmd_pid),
-	"$dlock_pid $dlock_pid",
-	'dlock and CMD are in one process group, dlock\'s');
-is((proc_stat($keeper_pid))[2], $keeper_pid, 'the keeper is in a process group of its own');
+is( join(' ', map { (proc_stat($_))[2] } $dlock_pid, $keeper_pid, $cmd_pid),
+	"$dlock_pid $dlock_pid $dlock_pid",
+	'dlock, its keeper and CMD are in one process group, dlock\'s');
 is($tpgid, $dlock_pid, "that process group is the terminal's foreground group");
 is(lease('term-job'), 'f|t', 'the lease is held while CMD runs');
 
@@ -226,7 +225,7 @@ for my $p ([ 'dlock', $dlock_pid ], [ 'CMD', $cmd_pid ])
 	  or diag("state of $p->[0]: " . ((proc_stat($p->[1]))[0] // 'gone'));
 }
 like((proc_stat($keeper_pid))[0] // 'gone', qr/^[SR]$/,
-	'^Z: the keeper is not stopped (it keeps the deadline)');
+	'^Z: the keeper is not stopped (it ignores SIGTSTP: it keeps the deadline)');
 type("echo after-stop-\$((6*7))\n");
 ok(expect(qr/after-stop-42\r?\n\Q$prompt\E/, 'the echo while the job is stopped'),
 	'the terminal is usable while the job is stopped');
