@@ -31,7 +31,8 @@
  *
  * The keeper decides nothing about the lease; it enforces time.  It knows
  * the lease's local deadline D (dlock sends each new one after a renew),
- * the grace G = min(--kill-after, ttl/3) and --kill-after K, and keeps
+ * the grace G = min(--kill-after, ttl/3) (never less than the margin M
+ * below) and --kill-after K, and keeps
  * these rules on its own clock reading (CLOCK_MONOTONIC, the same clock
  * as dlock's), so they hold even when dlock is stopped, starved, stuck in
  * a host name lookup, or dead:

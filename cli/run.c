@@ -15,8 +15,8 @@
  * means that whole tree, and "CMD exited" that the keeper did.  All of
  * them stay in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z
  * reach the job, and CMD can read the terminal); a Ctrl-Z does not stop
- * the keeper (cli/keeper.c).  dlock runs one poll()
- * loop over the self-pipe of its signal handlers (cli/signals.c), the
+ * the keeper (cli/keeper.c).  dlock runs one poll() loop over the
+ * self-pipe of its signal handlers (cli/signals.c), the
  * socket of its database connection (cli/conn.c, never blocking), the
  * keeper's report pipe and the watchdog's socket, with a timeout taken
  * from the next timer.  Every wake-up does, in this order:
@@ -150,10 +150,11 @@
  *     --kill-after later if it is still running; dlock exits 76.
  *   - The job is gone before the lease can expire: the keeper keeps the
  *     deadline too (dlock sends it each new one), and if no renew moved
- *     it by the deadline minus the grace G = min(--kill-after, T/3), it
- *     sends CMD's tree SIGTERM, and SIGKILL at the deadline (less a
- *     margin of min(KILL_MARGIN_MS, T/20) for the keeper's wake-up
- *     latency); the same bound applies to every stop.  dlock learns it
+ *     it by the deadline minus the grace G = min(--kill-after, T/3) (but
+ *     never less than the margin below), it sends CMD's tree SIGTERM, and
+ *     SIGKILL at the deadline less a margin of min(KILL_MARGIN_MS, T/20)
+ *     for the keeper's wake-up latency; the same bound applies to every
+ *     stop.  dlock learns it
  *     from the keeper's report (STOPPING, the lease still held: renews go
  *     on, the release follows once CMD has exited, exit 76).  The grace is
  *     at most T/3 so that the renew due at T/3 has T/3 to succeed (a hung
