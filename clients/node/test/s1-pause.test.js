@@ -6,7 +6,7 @@ import { sharedCluster, Child, cleanupAll } from './lib/harness.js';
 after(cleanupAll);
 
 /**
- * A child holds a lease (ttl 2 s) and writes fenced rows; it is stopped
+ * A child holds a lease (ttl 4 s) and writes fenced rows; it is stopped
  * (SIGSTOP) past its ttl while this process takes the lease over and writes.
  * Returns what happened on resume.
  */
@@ -17,7 +17,7 @@ export async function pauseScenario(env = {}) {
   cl.db = db;
   await cl.query(`CREATE TABLE s1_rows (id serial PRIMARY KEY, writer text, fence_token bigint);
     CREATE TRIGGER s1_fence BEFORE INSERT OR UPDATE ON s1_rows FOR EACH ROW EXECUTE FUNCTION dlock_fence('s1:lock', 'fence_token')`);
-  const child = new Child('pause.js', [cl.conninfo(), 's1:lock', '2'], env);
+  const child = new Child('pause.js', [cl.conninfo(), 's1:lock', '4'], env);
   const acquired = await child.waitEvent((e) => e.event === 'acquired', 10000, 'the child to acquire');
   const tokenA = BigInt(acquired.token);
   child.send({ cmd: 'write' });

@@ -1,4 +1,4 @@
-"""Scenario 1's child: holds a lease (ttl 2 s) and writes fenced rows; after
+"""Scenario 1's child: holds a lease (ttl 4 s) and writes fenced rows; after
 the parent's SIGSTOP and SIGCONT (and a line on stdin), reports what it was
 told first.  Prints JSON lines.
 
@@ -24,7 +24,7 @@ def say(**kw):
 conn = psycopg.connect(conninfo, autocommit=True)
 try:
     with dlock.Client(conninfo) as client:
-        with client.lease(name, ttl=2) as lease:
+        with client.lease(name, ttl=4) as lease:
             say(event="acquired", token=lease.token)
             written = 0
             for _ in range(3):

@@ -1,4 +1,4 @@
-"""Scenario 1's child, asyncio: holds a lease (ttl 2 s) and writes fenced
+"""Scenario 1's child, asyncio: holds a lease (ttl 4 s) and writes fenced
 rows; after the parent's SIGSTOP and SIGCONT, its body (awaiting a line on
 stdin) must be cancelled before it reads anything, the scope must end with
 LeaseLost, and a later write with its token must be rejected.  Prints JSON
@@ -30,7 +30,7 @@ async def main():
     token = None
     try:
         async with dlock.aio.Client(conninfo) as client:
-            async with client.lease(name, ttl=2) as lease:
+            async with client.lease(name, ttl=4) as lease:
                 token = lease.token
                 say(event="acquired", token=token)
                 for _ in range(3):

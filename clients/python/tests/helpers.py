@@ -14,20 +14,24 @@ def read_event(proc: subprocess.Popen, timeout: float, want: Optional[str] = Non
 
     end = time.monotonic() + timeout
     assert proc.stdout is not None
+    skipped = []  # the other lines it printed meanwhile, for the message
     while True:
         left = end - time.monotonic()
         if left <= 0:
-            raise AssertionError(f"child {proc.args} printed no {want or 'line'} within {timeout} s")
+            raise AssertionError(f"child {proc.args} printed no {want or 'line'} within {timeout} s"
+                                 f" (printed meanwhile: {skipped})")
         r, _, _ = select.select([proc.stdout], [], [], left)
         if not r:
             continue
         line = proc.stdout.readline()
         if not line:
             err = proc.stderr.read() if proc.stderr else ""
-            raise AssertionError(f"child {proc.args} ended without {want or 'a line'}: {err}")
+            raise AssertionError(f"child {proc.args} ended without {want or 'a line'}"
+                                 f" (printed meanwhile: {skipped}): {err}")
         ev = json.loads(line)
         if want is None or ev.get("event") == want:
             return ev
+        skipped.append(ev)
 
 
 def lease_row(cluster: Any, name: str) -> Optional[tuple]:

@@ -1,4 +1,6 @@
-"""Scenario 1, pause: a child holds a lease (ttl 2 s) and writes fenced rows;
+"""Scenario 1, pause: a child holds a lease (ttl 4 s: a loaded machine running
+both client suites beside assertion-enabled servers must not lose it before
+the pause) and writes fenced rows;
 it is stopped (SIGSTOP) past its ttl while this process takes the lease over
 and writes.  On resume the child is told the lease is lost before it trusts
 anything else, its next fenced write is rejected (StaleToken), its scope ends
@@ -26,7 +28,7 @@ def check_pause(cluster, children, name: str, mutation: str = "none") -> None:
     os.kill(child.pid, signal.SIGSTOP)
     try:
         # The stopped child renews nothing: its lease expires, and we take it over.
-        wait_for(lambda: lease_row(cluster, name)[1] is False, 10, "the stopped child's lease to expire")
+        wait_for(lambda: lease_row(cluster, name)[1] is False, 15, "the stopped child's lease to expire")
         with dlock.Client(cluster.conninfo) as client, client.lease(name, ttl=5) as lease:
             new = lease.token
             assert new > old
@@ -75,7 +77,7 @@ def check_pause_async(cluster, children, name: str, mutation: str = "none") -> N
     assert read_event(child, 10, "wrote")["rows"] == 3
     os.kill(child.pid, signal.SIGSTOP)
     try:
-        wait_for(lambda: lease_row(cluster, name)[1] is False, 10, "the stopped child's lease to expire")
+        wait_for(lambda: lease_row(cluster, name)[1] is False, 15, "the stopped child's lease to expire")
         with dlock.Client(cluster.conninfo) as client, client.lease(name, ttl=5) as lease:
             new = lease.token
             with cluster.connect() as conn:
