@@ -22,8 +22,8 @@ use Test::More;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT =
-  qw(dlock_path dlock_start dlock_wait dlock_run wait_for_file slurp write_script
-  process_alive);
+  qw(dlock_path dlock_start dlock_wait dlock_run wait_for_file wait_until slurp
+  write_script process_alive);
 
 my $counter = 0;
 my $outdir;
@@ -146,6 +146,20 @@ sub wait_for_file
 		Time::HiRes::sleep(0.02);
 	}
 	return 0;
+}
+
+# wait_until($code [, $timeout]) polls $code every 20 ms until it returns
+# true (at most $timeout seconds, default 10); returns whether it did.
+sub wait_until
+{
+	my ($code, $timeout) = @_;
+	my $deadline = Time::HiRes::time() + ($timeout // 10);
+	while (Time::HiRes::time() < $deadline)
+	{
+		return 1 if $code->();
+		Time::HiRes::sleep(0.02);
+	}
+	return $code->() ? 1 : 0;
 }
 
 # slurp($path) returns the file's content, '' when it does not exist.

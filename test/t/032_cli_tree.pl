@@ -279,10 +279,7 @@ ok(wait_pids('group', 2), 'group: every process of the job started');
 my ($gcmd, $daemon) = pids('group');
 kill 'STOP', $g->{pid}, $gcmd;
 # (the ttl is 2 s: by 20 s they are gone, or the keeper did nothing)
-my $t_end = Time::HiRes::time() + 20;
-Time::HiRes::sleep(0.05)
-  while (process_alive($daemon) || process_alive($gcmd)) && Time::HiRes::time() < $t_end;
-ok(!process_alive($daemon) && !process_alive($gcmd),
+ok(wait_until(sub { !process_alive($daemon) && !process_alive($gcmd) }, 20),
 	'group: the keeper ended the job, the daemon too, while dlock was stopped');
 like(slurp("/proc/$g->{pid}/stat"), qr/^\d+ \(.*\) T /s, '... (dlock was still stopped)');
 kill 'CONT', $g->{pid};

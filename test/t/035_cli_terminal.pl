@@ -72,20 +72,6 @@ sub proc_stat
 	return ($1, $2, $3, $4);
 }
 
-# wait_until($code [, $timeout]) polls $code until it returns true; returns
-# whether it did in time.
-sub wait_until
-{
-	my ($code, $timeout) = @_;
-	my $deadline = Time::HiRes::time() + ($timeout // 10);
-	while (Time::HiRes::time() < $deadline)
-	{
-		return 1 if $code->();
-		Time::HiRes::sleep(0.02);
-	}
-	return $code->() ? 1 : 0;
-}
-
 # ---------------------------------------------------------------------
 # The interactive shell on a pseudo-terminal.
 # ---------------------------------------------------------------------

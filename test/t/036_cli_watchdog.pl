@@ -76,20 +76,6 @@ sub ppid
 	return slurp("/proc/$pid/stat") =~ /^\d+ \(.*\) \S (\d+) /s ? $1 : '';
 }
 
-# wait_until($code [, $timeout]) polls $code until it returns true; returns
-# whether it did in time.
-sub wait_until
-{
-	my ($code, $timeout) = @_;
-	my $deadline = Time::HiRes::time() + ($timeout // 10);
-	while (Time::HiRes::time() < $deadline)
-	{
-		return 1 if $code->();
-		Time::HiRes::sleep(0.02);
-	}
-	return $code->() ? 1 : 0;
-}
-
 # socket_dirs returns the directories dlock made under TMPDIR.
 sub socket_dirs { return glob("$tmp/dlock-*"); }
 
