@@ -14,6 +14,11 @@
 #   make installcheck    pg_regress against a temporary instance (as a non-root user)
 #   make install-script  regenerate the full install script dlock--<version>.sql
 #                        (make does when its sources change; tools/gen-install-script)
+#   make deb             Debian packages from a clean copy of the tree, into dist/debian/
+#                        (tools/make-deb: dpkg-buildpackage, regression at build time, lintian)
+#   make dist            the PGXN release, dist/dlock-<release>.zip (git archive of HEAD)
+#   make install NO_CLI=1  the extension only, not the command-line tool (the Debian
+#                        build: the tool has a package of its own)
 #
 # PG_CONFIG may be overridden: make PG_CONFIG=/path/to/pg_config; or
 # make PG=18 install builds and installs for the server test/pg-server names.
@@ -35,11 +40,29 @@ PGFILEDESC = "dlock - fenced leases for PostgreSQL"
 $(OBJS): src/dlock.h src/compat.h src/lease_table.h src/store_int.h src/fence_cache.h src/name_hash.h
 
 # The suites' options are shared with test/run-tests: test/regress.opts.
+# make installcheck starts temporary instances of its own.  With
+# DLOCK_SERVER=running it runs against the server that PGHOST and PGPORT
+# name instead, one suite at a time (DLOCK_SUITE=regress or isolation):
+# the isolation specs need dlock preloaded (shared_preload_libraries), the
+# regress files need it not.  The Debian build runs each in a pg_virtualenv
+# of its own (debian/rules, pg_buildext installcheck).
 include test/regress.opts
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = $(DLOCK_REGRESS_OPTS) --temp-instance=./tmp_check/regress_instance
 ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+ifeq ($(DLOCK_SERVER),running)
+REGRESS_OPTS = $(DLOCK_REGRESS_OPTS)
+ISOLATION_OPTS = $(filter-out --temp-config=%,$(DLOCK_ISOLATION_OPTS))
+ifeq ($(DLOCK_SUITE),regress)
+ISOLATION =
+else ifeq ($(DLOCK_SUITE),isolation)
+REGRESS =
+else
+$(error DLOCK_SERVER=running needs DLOCK_SUITE=regress or DLOCK_SUITE=isolation)
+endif
+else
+REGRESS_OPTS = $(DLOCK_REGRESS_OPTS) --temp-instance=./tmp_check/regress_instance
 ISOLATION_OPTS = $(DLOCK_ISOLATION_OPTS) --temp-instance=./tmp_check/isolation_instance
+endif
 
 # Warnings are errors.  All of -Wextra except unused parameters: callbacks
 # with signatures fixed by PostgreSQL (fmgr, cache invalidation) ignore some.
@@ -47,7 +70,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # The commands that find their server themselves (test/pg-server), or
 # need none.
-DLOCK_COMMANDS = test test-all pg-config demo bench install-script
+DLOCK_COMMANDS = test test-all pg-config demo bench install-script deb dist
 
 # Debian's PostgreSQL 15 unless told otherwise (PG_CONFIG=..., or PG=...
 # for a server of test/pg-server); fall back to PATH.
@@ -65,7 +88,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
 # The README's commands (test and demo, and bench).  They install what they
 # need first, so they must work before PostgreSQL's development files are there.
-.PHONY: test test-all pg-config demo bench
+.PHONY: test test-all pg-config demo bench deb dist
 test:
 	@DLOCK_PG=$(or $(PG),15) test/run-tests
 
@@ -80,6 +103,19 @@ demo:
 
 bench:
 	@bench/run
+
+deb:
+	@tools/make-deb
+
+dist:
+	@tools/make-dist
+
+# The release (1.2.0) is written in one place, VERSION.  What else names
+# it must agree (test/t/030_docs.pl checks): META.json, debian/changelog,
+# CHANGELOG.md, the clients' packages, and dlock.control, whose
+# default_version (the SQL version, 1.2) is the release's first two parts.
+# dlock --version prints it (cli/Makefile).
+DLOCK_RELEASE := $(shell cat VERSION)
 
 DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
 
@@ -133,13 +169,15 @@ tmp_check:
 	$(MKDIR_P) $@
 
 .PHONY: all-cli install-cli uninstall-cli clean-cli cli/dlock
+ifeq ($(NO_CLI),)
 all: all-cli
+install: install-cli
+endif
 all-cli:
 	$(MAKE) $(CLI_MAKEFLAGS) all
 # "make cli/dlock" still builds just the tool
 cli/dlock: all-cli
 
-install: install-cli
 install-cli: all-cli
 	$(MAKE) $(CLI_MAKEFLAGS) install
 

@@ -31,7 +31,9 @@
  *
  *-------------------------------------------------------------------------
  */
+#ifndef _GNU_SOURCE				/* PostgreSQL's CPPFLAGS may define it */
 #define _GNU_SOURCE				/* MSG_CMSG_CLOEXEC */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
