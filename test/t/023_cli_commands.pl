@@ -196,10 +196,10 @@ for my $status (0, 1, 64, 69, 70, 75, 76, 79, '128+S')
 }
 is(dlock_run([ 'run', '--help' ])->{stdout}, $h->{stdout}, 'dlock run --help: the same help');
 $h = dlock_run(['--version']);
-my ($ctl_version) =
-  slurp(dirname(dirname(dlock_path())) . '/dlock.control') =~ /^default_version = '([^']+)'/m;
-like($h->{stdout}, qr/^dlock \Q$ctl_version\E \(libpq \d+\.\d+\)\n\z/,
-	"--version: one line, with dlock.control's default_version ($ctl_version)");
+my ($release) =
+  slurp(dirname(dirname(dlock_path())) . '/VERSION') =~ /^(\S+)$/m;
+like($h->{stdout}, qr/^dlock \Q$release\E \(libpq \d+\.\d+\)\n\z/,
+	"--version: one line, with the release of VERSION ($release)");
 is($h->{rc}, 0, '--version: exit 0');
 
 # The connection from the environment (no -d): PGHOST, PGPORT.
