@@ -28,13 +28,17 @@ PGXS_DIR=
 # from it.  prometheus-postgres-exporter is for test/t/040_prometheus.pl,
 # patroni and etcd-server for test/t/050_patroni.pl, the python3-*
 # packages and mypy for the Python client (clients/python: psycopg 3, its
-# pool, pytest, pip for its offline install test, mypy for its type check).
+# pool, pytest, pip for its offline install test, mypy for its type check),
+# python3-jsonschema for the check of META.json (test/t/037_release.pl).
+# The packages suite (test/packages/run-tests) and make deb and make dist
+# (tools/make-deb, tools/make-dist) install what they need themselves.
 DLOCK_PACKAGES=(
     make gcc
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap
     libtap-parser-sourcehandler-pgtap-perl libipc-run-perl
     pgbouncer prometheus-postgres-exporter patroni etcd-server
     python3-psycopg python3-psycopg-pool python3-pytest python3-pip mypy
+    python3-jsonschema
 )
 
 # Packages whose installation starts a system service the tests neither
