@@ -4,7 +4,8 @@
 #	  The manual page of the dlock command-line tool (cli/dlock.1) and
 #	  "dlock --help" (cli/dlock.c) never disagree: the same commands (in
 #	  the usage and in the list of commands), the same options and the same
-#	  exit statuses.
+#	  exit statuses; and its ENVIRONMENT section names every variable the
+#	  tool reads (getenv in cli/*.c).
 #
 # Needs no database server: it runs "$DLOCK_CLI --help" (test/run-tests
 # sets DLOCK_CLI to the checkout's cli/dlock; without it, the checkout's
@@ -173,5 +174,19 @@ same_set('commands', \%help_commands, \%man_commands);
 same_set('commands and options of the usage (SYNOPSIS)', \%help_usage, \%man_usage);
 same_set('options', \%help_options, \%man_options);
 same_set('exit statuses', \%help_status, \%man_status);
+
+# Every environment variable the tool reads (getenv in cli/*.c) is in the
+# manual page's ENVIRONMENT section.
+my $man_text = do { local $/; open(my $m, '<', $manpage) or die $!; <$m> };
+my ($environment) = $man_text =~ /^\.SH ENVIRONMENT\n(.*?)^\.SH /ms;
+my %getenv;
+for my $file (glob("$top/cli/*.c"))
+{
+	my $code = do { local $/; open(my $c, '<', $file) or die $!; <$c> };
+	$getenv{$1} = 1 while $code =~ /getenv\("(\w+)"\)/g;
+}
+ok(%getenv, 'the tool reads environment variables (getenv)');
+ok(($environment // '') =~ /\b\Q$_\E\b/, "the manual page's ENVIRONMENT names $_")
+  for sort keys %getenv;
 
 done_testing();

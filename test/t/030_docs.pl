@@ -25,6 +25,8 @@
 #      from the base script (DLOCK_BASE_VERSION in the Makefile), the
 #      update chain and tools/install-tail.sql (CONTRIBUTING.md,
 #      "Extension scripts and versions").
+#   5. docs/sql-reference.md names every SQLSTATE the C code raises (its
+#      SQLSTATEs table) and every superuser-only setting (Privileges).
 #
 # Run by test/run-tests' tap suite; alone: prove test/t/030_docs.pl.
 #
@@ -254,5 +256,53 @@ SKIP:
 			  . "\nrun make install-script, or edit the sources named in its header");
 	}
 }
+
+# 5. The SQL reference against the code: every SQLSTATE the C code raises
+# (errcode(ERRCODE_...) in src/*.c, its value read from the server's
+# utils/errcodes.h; XX000, internal errors, aside) has a row in the
+# SQLSTATEs table, and every setting defined as PGC_SUSET is in the
+# Privileges list of settings only superusers may set.
+my $reference = slurp("$top/docs/sql-reference.md");
+my %documented = map { $_ => 1 } $reference =~ /^\| \**([0-9A-Z]{5})\** /mg;
+my $pg_config = $ENV{PG_CONFIG} || 'pg_config';
+my $incdir = `'$pg_config' --includedir-server 2>/dev/null`;
+chomp $incdir;
+SKIP:
+{
+	skip 'no pg_config with the server headers (utils/errcodes.h)', 1
+	  unless $incdir && -f "$incdir/utils/errcodes.h";
+	my %sqlstate;
+	for (split /\n/, slurp("$incdir/utils/errcodes.h"))
+	{
+		my ($name, $chars) = /^#define (ERRCODE_\w+)\s+MAKE_SQLSTATE\(([^)]*)\)/
+		  or next;
+		$sqlstate{$name} = join('', $chars =~ /'(.)'/g);
+	}
+	$sqlstate{ERRCODE_DLOCK_STALE_TOKEN} = '55T01';
+	my @missing;
+	for my $file (sort glob("$top/src/*.c"))
+	{
+		for my $name (slurp($file) =~ /errcode\((ERRCODE_\w+)\)/g)
+		{
+			my $code = $sqlstate{$name} // "$name (unknown)";
+			next if $code eq 'XX000' || $documented{$code};
+			push @missing, "$code ($name, " . ($file =~ s{.*/}{}r) . ')';
+		}
+	}
+	my %seen;
+	is(join("\n", grep { !$seen{$_}++ } @missing),
+		'', "every SQLSTATE src/ raises has a row in docs/sql-reference.md's table");
+}
+my ($superuser_only) = $reference =~ /^- Only superusers may set (.*?), and\s+signal/ms;
+my @suset;
+for my $file (sort glob("$top/src/*.c"))
+{
+	my $code = slurp($file);
+	push @suset, $1
+	  while $code =~ /DefineCustom\w+Variable\("(dlock\.\w+)"[^;]*?PGC_SUSET/gs;
+}
+ok(@suset, 'src/ defines superuser-only settings');
+is(join(' ', grep { ($superuser_only // '') !~ /`\Q$_\E`/ } @suset),
+	'', "every PGC_SUSET setting is in docs/sql-reference.md's superuser-only list");
 
 done_testing();
