@@ -111,11 +111,10 @@ dist:
 	@tools/make-dist
 
 # The release (1.2.0) is written in one place, VERSION.  What else names
-# it must agree (test/t/030_docs.pl checks): META.json, debian/changelog,
+# it must agree (test/t/037_release.pl checks): META.json, debian/changelog,
 # CHANGELOG.md, the clients' packages, and dlock.control, whose
 # default_version (the SQL version, 1.2) is the release's first two parts.
-# dlock --version prints it (cli/Makefile).
-DLOCK_RELEASE := $(shell cat VERSION)
+# dlock --version prints it (cli/Makefile reads VERSION).
 
 DLOCK_VERSION := $(shell sed -n "s/^default_version *= *'\([^']*\)'.*/\1/p" dlock.control)
 
