@@ -8,6 +8,8 @@
 #                        18 (= 18-assert); assertion-enabled servers are built from
 #                        Debian's source packages and cached (test/pg-server)
 #   make test-all        every suite on 15, 15-assert, 17-assert and 18-assert
+#   make test-stress     every TAP file and isolation spec, many times under CPU load
+#                        (PG=..., RUNS=N, FILES="test/t/005_wait.pl race-wait"; test/stress)
 #   make pg-config PG=18 print that server's pg_config (building it if needed)
 #   make demo            the life of a lease on a throwaway cluster
 #   make bench           measure on a throwaway cluster (not part of make test)
@@ -94,6 +96,10 @@ test:
 
 test-all:
 	@test/run-all
+
+.PHONY: test-stress
+test-stress:
+	@DLOCK_PG=$(or $(PG),15) DLOCK_STRESS_RUNS=$(or $(RUNS),5) test/stress $(FILES)
 
 pg-config:
 	@test/pg-server pg-config $(or $(PG),15)
