@@ -8,13 +8,56 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use PostgreSQL::Test::Cluster;
 use Test::More;
 
 # Exported by default, so their names must not clash with the subs of any
 # test file (bg_* for background sessions).
-our @EXPORT = qw(psql_error sqlstate_of fails_with lease_rows
-  bg_session bg_start bg_finish bg_close crash_lines to_logging_call
-  dlock_wait_event);
+our @EXPORT = qw(dlock_node use_node sql coord_sql coord_acquire psql_error sqlstate_of fails_with
+  lease_rows bg_session bg_start bg_finish bg_close crash_lines
+  to_logging_call dlock_wait_event);
+
+# The node sql() runs on: the last one dlock_node() started or use_node()
+# named.
+my $sql_node;
+
+# dlock_node($name, %opt) creates, initialises and starts a cluster named
+# $name, makes it the node sql() runs on, and returns it.  Options:
+#   preload => 1     shared_preload_libraries = 'dlock'
+#   conf => TEXT     more postgresql.conf lines
+#   init => {...}    options of PostgreSQL::Test::Cluster::init
+#                    (allows_streaming => 1, ...)
+#   setup => SQL     run in the postgres database once it is up (e.g.
+#                    'CREATE EXTENSION dlock')
+sub dlock_node
+{
+	my ($name, %opt) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%{ $opt{init} // {} });
+	my $conf = $opt{preload} ? "shared_preload_libraries = 'dlock'\n" : '';
+	$conf .= $opt{conf} if defined $opt{conf};
+	$node->append_conf('postgresql.conf', $conf) if $conf ne '';
+	$node->start;
+	$node->safe_psql('postgres', $opt{setup}) if defined $opt{setup};
+	$sql_node = $node;
+	return $node;
+}
+
+# use_node($node) makes $node the node sql() runs on.
+sub use_node
+{
+	($sql_node) = @_;
+	return;
+}
+
+# sql($sql, $db) runs $sql on the current node's database $db (default
+# postgres) with safe_psql (dying on an error) and returns its output.
+sub sql
+{
+	my ($sql, $db) = @_;
+	die "sql() before dlock_node() or use_node()" unless $sql_node;
+	return $sql_node->safe_psql($db // 'postgres', $sql);
+}
 
 # dlock_wait_event($node) returns the wait_event pg_stat_activity shows for
 # a backend waiting in dlock_acquire on $node (its wait_event_type is
@@ -24,6 +67,29 @@ sub dlock_wait_event
 {
 	my ($node) = @_;
 	return $node->pg_version >= 17 ? 'DlockLeaseWait' : 'Extension';
+}
+
+# coord_sql($node, $db, $sql) runs $sql on $node's database $db with
+# search_path coord, public: dlock installed in schema coord (the dump and
+# upgrade tests, 007 and 012), and returns its output.
+sub coord_sql
+{
+	my ($node, $db, $sql) = @_;
+	return $node->safe_psql($db, "SET search_path = coord, public;\n$sql");
+}
+
+# coord_acquire($node, $db, $name, $ttl, $as_app) takes $name on $node's
+# $db (dlock in schema coord) for $ttl, with owner 'owner of $name', as
+# role dlock_app when $as_app, and returns the token (dies when there is
+# none).
+sub coord_acquire
+{
+	my ($node, $db, $name, $ttl, $as_app) = @_;
+	my $role = $as_app ? 'SET ROLE dlock_app;' : '';
+	my $t = coord_sql($node, $db,
+		"$role SELECT dlock_acquire('$name', '$ttl', '0', 'owner of $name')");
+	die "acquire $name returned '$t'" unless $t =~ /^\d+$/;
+	return $t;
 }
 
 # psql_error($node, $sql) runs $sql on $node's postgres database with

@@ -39,23 +39,18 @@ use Test::More;
 use DlockTest;
 use List::Util qw(max);
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_crash');
-$node->init;
-
 # No timed checkpoint during the rounds: a checkpoint between the last
 # committed acquire and the uncommitted one is exactly the case at the
 # end, which is tested there on purpose.  The long walwriter delay
 # keeps WAL that no commit flushed in memory until the crash, which makes
 # that case reproducible; it changes nothing for synchronous commits.
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = dlock_node(
+	'dlock_crash',
+	conf => q{
 checkpoint_timeout = '1h'
 wal_writer_delay = '10s'
-});
-$node->start;
-
-$node->safe_psql(
-	'postgres', q{
+},
+	setup => q{
 CREATE EXTENSION dlock;
 CREATE ROLE dlock_app;
 });
@@ -70,13 +65,9 @@ SELECT lock_name, token, owner, holder_role, acquired_at, renewed_at,
        expires_at, released
   FROM dlock_leases ORDER BY lock_name};
 
-# sql runs $sql as the superuser, or as role dlock_app when $as_app.
-sub sql
-{
-	my ($sql, $as_app) = @_;
-	$sql = "SET ROLE dlock_app;\n$sql" if $as_app;
-	return $node->safe_psql('postgres', $sql);
-}
+# sql() runs SQL as the superuser; prefixed with $as_app, as role
+# dlock_app.
+my $as_app = "SET ROLE dlock_app;\n";
 
 # fresh_token checks that $token (returned by an acquire of $name) is a
 # real token, strictly greater than every token issued before, and records
@@ -100,7 +91,8 @@ sub acquire
 	my ($name, $ttl, %opt) = @_;
 	my $owner = defined $opt{owner} ? "'$opt{owner}'" : 'NULL';
 	my $token =
-	  sql("SELECT dlock_acquire('$name', '$ttl', '0', $owner)", $opt{as_app});
+	  sql(($opt{as_app} ? $as_app : '')
+		  . "SELECT dlock_acquire('$name', '$ttl', '0', $owner)");
 	return fresh_token($token, $opt{what} // "acquire $name");
 }
 
@@ -209,15 +201,15 @@ SELECT count(*) = 0 FROM dlock_leases
 	# A live lease still refuses others; its pre-crash token still works.
 	is(sql("SELECT dlock_acquire('$p-live-a', '1 minute') IS NULL"),
 		't', "round $round: a live lease refuses another acquirer");
-	is(sql("SELECT dlock_acquire('$p-live-b', '1 minute') IS NULL", 1),
+	is(sql($as_app . "SELECT dlock_acquire('$p-live-b', '1 minute') IS NULL"),
 		't', "round $round: a live lease refuses its own role too");
 	is(sql("SELECT dlock_renew('$p-live-a', $tok{live_a}, '1 hour')"),
 		't', "round $round: renew with the pre-crash token");
 	is(token_of("$p-live-a"), $tok{live_a},
 		"round $round: renewal kept the token");
-	is(sql("SELECT dlock_renew('$p-live-b', $tok{live_b}, '1 hour')", 1),
+	is(sql($as_app . "SELECT dlock_renew('$p-live-b', $tok{live_b}, '1 hour')"),
 		't', "round $round: the holder role renews with the pre-crash token");
-	is(sql("SELECT dlock_release('$p-live-b', $tok{live_b})", 1),
+	is(sql($as_app . "SELECT dlock_release('$p-live-b', $tok{live_b})"),
 		't', "round $round: the holder role releases with the pre-crash token");
 	is(sql("SELECT dlock_release('$p-live-c', $tok{live_c})"),
 		't', "round $round: release with the pre-crash token");

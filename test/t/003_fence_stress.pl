@@ -59,16 +59,14 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest;
 
 my $clients = 8;
 my $per_client = 60;
 my $transactions = $clients * $per_client;
 my $rows = 4;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_stress');
-$node->init;
-$node->append_conf('postgresql.conf', "max_connections = 30\n");
-$node->start;
+my $node = dlock_node('dlock_stress', conf => "max_connections = 30\n");
 
 $node->safe_psql(
 	'postgres', qq{
@@ -201,11 +199,6 @@ SELECT dlock_release('stress:' || :id, :tok);
 }
 	},
 	'postgres');
-
-sub sql
-{
-	return $node->safe_psql('postgres', $_[0]);
-}
 
 note(
 	"outcomes (table, outcome, kind, count):\n",

@@ -56,11 +56,6 @@ $src->start;
 # Every psql session of the test sees dlock's schema.
 my $path = 'SET search_path = coord, public;';
 
-sub sql
-{
-	my ($node, $db, $sql) = @_;
-	return $node->safe_psql($db, "$path\n$sql");
-}
 
 $src->safe_psql(
 	'postgres', q{
@@ -82,31 +77,20 @@ GRANT SELECT, INSERT, UPDATE ON acct TO dlock_app;
 # Every token the source issued: [name, token] in issue order.
 my @before;
 
-# acquire takes $name on $node's $db for $ttl (as role dlock_app when
-# $as_app) and returns the token.
-sub acquire
-{
-	my ($node, $db, $name, $ttl, $as_app) = @_;
-	my $role = $as_app ? 'SET ROLE dlock_app;' : '';
-	my $t = sql($node, $db,
-		"$role SELECT dlock_acquire('$name', '$ttl', '0', 'owner of $name')");
-	die "acquire $name returned '$t'" unless $t =~ /^\d+$/;
-	return $t;
-}
 
 my %tok;
-$tok{1} = acquire($src, 'appdb', 'acct:1', '1 hour');
-$tok{2} = acquire($src, 'appdb', 'acct:2', '1 hour', 1);
-$tok{3} = acquire($src, 'appdb', 'acct:3', '1 hour');
-$tok{4} = acquire($src, 'appdb', 'acct:4', '1 millisecond');
+$tok{1} = coord_acquire($src, 'appdb', 'acct:1', '1 hour');
+$tok{2} = coord_acquire($src, 'appdb', 'acct:2', '1 hour', 1);
+$tok{3} = coord_acquire($src, 'appdb', 'acct:3', '1 hour');
+$tok{4} = coord_acquire($src, 'appdb', 'acct:4', '1 millisecond');
 push @before, map { ["acct:$_", $tok{$_}] } 1 .. 4;
-sql($src, 'appdb', "INSERT INTO acct VALUES ($_, 100, $tok{$_})") for 1 .. 4;
-is(sql($src, 'appdb', "SELECT dlock_release('acct:3', $tok{3})"),
+coord_sql($src, 'appdb', "INSERT INTO acct VALUES ($_, 100, $tok{$_})") for 1 .. 4;
+is(coord_sql($src, 'appdb', "SELECT dlock_release('acct:3', $tok{3})"),
 	't', 'source: acct:3 released');
 for my $i (1 .. 20)
 {
-	my $t = acquire($src, 'appdb', "job-$i", '1 hour');
-	sql($src, 'appdb', "SELECT dlock_release('job-$i', $t)") if $i % 2;
+	my $t = coord_acquire($src, 'appdb', "job-$i", '1 hour');
+	coord_sql($src, 'appdb', "SELECT dlock_release('job-$i', $t)") if $i % 2;
 	push @before, ["job-$i", $t];
 }
 $src->poll_query_until('appdb',
@@ -128,11 +112,11 @@ $src->command_ok(
 my @after;
 for my $i (1 .. 40)
 {
-	my $t = acquire($src, 'appdb', "late-$i", '1 hour');
-	sql($src, 'appdb', "SELECT dlock_release('late-$i', $t)") if $i % 2;
+	my $t = coord_acquire($src, 'appdb', "late-$i", '1 hour');
+	coord_sql($src, 'appdb', "SELECT dlock_release('late-$i', $t)") if $i % 2;
 	push @after, $t;
 }
-push @after, acquire($src, 'appdb', 'acct:3', '1 hour');
+push @after, coord_acquire($src, 'appdb', 'acct:3', '1 hour');
 my $max_after = max(@after);
 note "source: tokens before the dump up to $max_before, after it "
   . "$after[0] .. $max_after";
@@ -155,23 +139,23 @@ sub check_restored
 
 	is(lease_rows($node, $db, 'coord'), $source_rows,
 		"$what: dlock_leases shows the source's rows at the dump");
-	is( sql(
+	is( coord_sql(
 			$node, $db,
 			q{SELECT string_agg(id || ':' || fence_token, ',' ORDER BY id) FROM acct}),
 		join(',', map { "$_:$tok{$_}" } 1 .. 4),
 		"$what: the protected rows carry their tokens");
 
 	# Live leases are honoured.
-	is(sql($node, $db, "SELECT dlock_acquire('acct:1', '1 minute') IS NULL"),
+	is(coord_sql($node, $db, "SELECT dlock_acquire('acct:1', '1 minute') IS NULL"),
 		't', "$what: the live lease acct:1 refuses another acquirer");
-	is( sql(
+	is( coord_sql(
 			$node, $db,
 			"SET ROLE dlock_app; SELECT dlock_acquire('acct:2', '1 minute') IS NULL"),
 		't',
 		"$what: the live lease acct:2 refuses its own role too");
-	is(sql($node, $db, "SELECT dlock_renew('acct:1', $tok{1}, '1 hour')"),
+	is(coord_sql($node, $db, "SELECT dlock_renew('acct:1', $tok{1}, '1 hour')"),
 		't', "$what: acct:1 renews with its token from the source");
-	is( sql(
+	is( coord_sql(
 			$node, $db,
 			"SET ROLE dlock_app; SELECT dlock_renew('acct:2', $tok{2}, '1 hour')"),
 		't',
@@ -186,16 +170,16 @@ sub check_restored
 
 	# The old tokens pass the fence ('latest'): live, and expired but not
 	# taken over.
-	sql($node, $db,
+	coord_sql($node, $db,
 		"UPDATE acct SET balance = balance + 1, fence_token = $tok{1} WHERE id = 1"
 	);
-	sql($node, $db,
+	coord_sql($node, $db,
 		"SET ROLE dlock_app; UPDATE acct SET balance = balance + 1, fence_token = $tok{2} WHERE id = 2"
 	);
-	sql($node, $db,
+	coord_sql($node, $db,
 		"UPDATE acct SET balance = balance + 1, fence_token = $tok{4} WHERE id = 4"
 	);
-	is( sql(
+	is( coord_sql(
 			$node, $db,
 			q{SELECT string_agg(id || ':' || balance, ',' ORDER BY id) FROM acct}),
 		'1:101,2:101,3:100,4:101',
@@ -209,7 +193,7 @@ sub check_restored
 		dbname => $db);
 
 	# The next tokens.
-	my $next = acquire($node, $db, 'acct:3', '1 hour');
+	my $next = coord_acquire($node, $db, 'acct:3', '1 hour');
 	cmp_ok($next, '>', $max_before,
 		"$what: the next token $next is greater than every token the source issued before the dump ($max_before)"
 	);
@@ -224,9 +208,9 @@ sub check_restored
 		note "$what: the next token $next, the source's tokens after the dump "
 		  . "$after[0] .. $max_after";
 	}
-	my $other = acquire($node, $db, 'a-new-name', '1 hour');
+	my $other = coord_acquire($node, $db, 'a-new-name', '1 hour');
 	cmp_ok($other, '>', $next, "$what: tokens keep increasing ($other)");
-	sql($node, $db,
+	coord_sql($node, $db,
 		"UPDATE acct SET balance = 7, fence_token = $next WHERE id = 3");
 	fails_with(
 		$node,

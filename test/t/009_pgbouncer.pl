@@ -58,14 +58,7 @@ unless (defined $pgbouncer)
 	exit;
 }
 
-my $node = PostgreSQL::Test::Cluster->new('pooled');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-max_connections = 40
-shared_preload_libraries = 'dlock'
-});
-$node->start;
+my $node = dlock_node('pooled', preload => 1, conf => "max_connections = 40\n");
 
 my $dir = $node->basedir;
 my $bport = PostgreSQL::Test::Cluster::get_free_port();
@@ -190,8 +183,6 @@ INSERT INTO ops SELECT :tok, 'release', dlock_release('pool:' || :id, :tok), pg_
 }
 	},
 	'postgres');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 my $grants = sql('SELECT count(*) FROM grants');
 note "pooled run: $grants grants; server processes used: "

@@ -37,20 +37,16 @@ use List::Util qw(max);
 use Time::HiRes qw(usleep);
 
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_jumps');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+my $node = dlock_node(
+	'dlock_jumps',
+	preload => 1,
+	conf => q{
 checkpoint_timeout = '1h'
 wal_writer_delay = '10s'
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+},
+	setup => 'CREATE EXTENSION dlock');
 $node->safe_psql('postgres', 'CREATE DATABASE other');
 $node->safe_psql('other', 'CREATE EXTENSION dlock');
-
-sub sql { my ($sql, $db) = @_; return $node->safe_psql($db // 'postgres', $sql); }
 
 # The first tokens ever: no jump (nothing was issued before).
 is(sql("SELECT dlock_acquire('e-1', '1 hour')"), '1',

@@ -70,12 +70,6 @@ $old->start;
 
 my $path = 'SET search_path = coord, public;';
 
-# sql runs $sql on $node's database $db with dlock's schema on the path.
-sub sql
-{
-	my ($node, $db, $sql) = @_;
-	return $node->safe_psql($db, "$path\n$sql");
-}
 
 $old->safe_psql(
 	'postgres', q{
@@ -97,41 +91,30 @@ GRANT USAGE ON SCHEMA coord TO dlock_app;
 GRANT SELECT, INSERT, UPDATE ON acct, job TO dlock_app;
 });
 
-# acquire takes $name on $node's $db for $ttl (as role dlock_app when
-# $as_app) and returns the token.
-sub acquire
-{
-	my ($node, $db, $name, $ttl, $as_app) = @_;
-	my $role = $as_app ? 'SET ROLE dlock_app;' : '';
-	my $t = sql($node, $db,
-		"$role SELECT dlock_acquire('$name', '$ttl', '0', 'owner of $name')");
-	die "acquire $name returned '$t'" unless $t =~ /^\d+$/;
-	return $t;
-}
 
 # Every token issued before the upgrade.
 my @issued;
 my %tok;
-$tok{1} = acquire($old, 'appdb', 'acct:1', '1 hour');
-$tok{2} = acquire($old, 'appdb', 'acct:2', '1 hour', 1);
-$tok{3} = acquire($old, 'appdb', 'acct:3', '1 hour');
-$tok{4} = acquire($old, 'appdb', 'acct:4', '1 millisecond');
-$tok{night} = acquire($old, 'appdb', 'job:nightly', '1 hour');
+$tok{1} = coord_acquire($old, 'appdb', 'acct:1', '1 hour');
+$tok{2} = coord_acquire($old, 'appdb', 'acct:2', '1 hour', 1);
+$tok{3} = coord_acquire($old, 'appdb', 'acct:3', '1 hour');
+$tok{4} = coord_acquire($old, 'appdb', 'acct:4', '1 millisecond');
+$tok{night} = coord_acquire($old, 'appdb', 'job:nightly', '1 hour');
 push @issued, values %tok;
-sql($old, 'appdb', "INSERT INTO acct VALUES ($_, 100, $tok{$_})") for 1 .. 4;
-sql($old, 'appdb', "INSERT INTO job VALUES ('nightly', 'running', $tok{night})");
-is(sql($old, 'appdb', "SELECT dlock_release('acct:3', $tok{3})"),
+coord_sql($old, 'appdb', "INSERT INTO acct VALUES ($_, 100, $tok{$_})") for 1 .. 4;
+coord_sql($old, 'appdb', "INSERT INTO job VALUES ('nightly', 'running', $tok{night})");
+is(coord_sql($old, 'appdb', "SELECT dlock_release('acct:3', $tok{3})"),
 	't', 'old cluster: acct:3 released');
 # acct:5: taken over by a second holder, whose token the row then carries
-$tok{'5a'} = acquire($old, 'appdb', 'acct:5', '1 hour');
-is(sql($old, 'appdb', "SELECT dlock_break('acct:5')"), 't', 'old cluster: acct:5 broken');
-$tok{'5b'} = acquire($old, 'appdb', 'acct:5', '1 hour');
-sql($old, 'appdb', "INSERT INTO acct VALUES (5, 100, $tok{'5b'})");
+$tok{'5a'} = coord_acquire($old, 'appdb', 'acct:5', '1 hour');
+is(coord_sql($old, 'appdb', "SELECT dlock_break('acct:5')"), 't', 'old cluster: acct:5 broken');
+$tok{'5b'} = coord_acquire($old, 'appdb', 'acct:5', '1 hour');
+coord_sql($old, 'appdb', "INSERT INTO acct VALUES (5, 100, $tok{'5b'})");
 push @issued, $tok{'5a'}, $tok{'5b'};
 for my $i (1 .. 40)
 {
-	my $t = acquire($old, 'appdb', "batch-$i", '1 hour');
-	sql($old, 'appdb', "SELECT dlock_release('batch-$i', $t)") if $i % 2;
+	my $t = coord_acquire($old, 'appdb', "batch-$i", '1 hour');
+	coord_sql($old, 'appdb', "SELECT dlock_release('batch-$i', $t)") if $i % 2;
 	push @issued, $t;
 }
 ok( $old->poll_query_until(
@@ -149,7 +132,7 @@ my $rows_before = lease_rows($old, 'appdb', 'coord');
 my $legacy_before = lease_rows($old, 'legacy');
 my $acct_rows_sql =
   q{SELECT string_agg(id || ':' || fence_token, ',' ORDER BY id) FROM acct};
-my $acct_before = sql($old, 'appdb', $acct_rows_sql);
+my $acct_before = coord_sql($old, 'appdb', $acct_rows_sql);
 is( $old->safe_psql('postgres',
 		q{SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()}),
 	'0',
@@ -187,16 +170,16 @@ is($new->safe_psql('appdb',
 	'1.2', 'appdb: dlock 1.2 is installed');
 is(lease_rows($new, 'appdb', 'coord'), $rows_before,
 	'appdb: every lease is there as it was');
-is(sql($new, 'appdb', $acct_rows_sql), $acct_before, 'appdb: the fenced rows are there as they were');
+is(coord_sql($new, 'appdb', $acct_rows_sql), $acct_before, 'appdb: the fenced rows are there as they were');
 
 # Live leases are honoured.
-is(sql($new, 'appdb', q{SELECT dlock_acquire('acct:1', '1 min') IS NULL}),
+is(coord_sql($new, 'appdb', q{SELECT dlock_acquire('acct:1', '1 min') IS NULL}),
 	't', 'acct:1 is still held: another acquire returns NULL');
-is(sql($new, 'appdb', q{SELECT dlock_acquire('job:nightly', '1 min') IS NULL}),
+is(coord_sql($new, 'appdb', q{SELECT dlock_acquire('job:nightly', '1 min') IS NULL}),
 	't', 'job:nightly is still held');
-is(sql($new, 'appdb', "SELECT dlock_renew('acct:1', $tok{1}, '1 hour')"),
+is(coord_sql($new, 'appdb', "SELECT dlock_renew('acct:1', $tok{1}, '1 hour')"),
 	't', 'the old token renews its lease');
-is( sql($new, 'appdb',
+is( coord_sql($new, 'appdb',
 		"SET ROLE dlock_app; SELECT dlock_renew('acct:2', $tok{2}, '1 hour')"),
 	't', "the ordinary role's old token renews its lease, as that role");
 fails_with($new,
@@ -204,18 +187,18 @@ fails_with($new,
 	'00000', 'a superuser may renew any lease', dbname => 'appdb');
 
 # Old tokens pass the fence; stale and foreign ones do not.
-sql($new, 'appdb',
+coord_sql($new, 'appdb',
 	"UPDATE acct SET balance = balance + 1, fence_token = $tok{1} WHERE id = 1");
-sql($new, 'appdb',
+coord_sql($new, 'appdb',
 	"SET ROLE dlock_app; UPDATE acct SET balance = balance + 1, fence_token = $tok{2} WHERE id = 2");
-sql($new, 'appdb',
+coord_sql($new, 'appdb',
 	"UPDATE acct SET balance = balance + 1, fence_token = $tok{4} WHERE id = 4");
-sql($new, 'appdb',
+coord_sql($new, 'appdb',
 	"UPDATE job SET state = 'upgraded', fence_token = $tok{night} WHERE name = 'nightly'");
-is( sql($new, 'appdb', 'SELECT string_agg(balance::text, \',\' ORDER BY id) FROM acct'),
+is( coord_sql($new, 'appdb', 'SELECT string_agg(balance::text, \',\' ORDER BY id) FROM acct'),
 	'101,101,100,101,100',
 	"old tokens pass the 'latest' fence (live and merely expired leases)");
-is(sql($new, 'appdb', q{SELECT state FROM job WHERE name = 'nightly'}),
+is(coord_sql($new, 'appdb', q{SELECT state FROM job WHERE name = 'nightly'}),
 	'upgraded', "the live lease's old token passes the 'live' fence");
 fails_with($new,
 	"$path UPDATE acct SET balance = 0, fence_token = $tok{'5a'} WHERE id = 5",
@@ -226,19 +209,19 @@ fails_with($new,
 	'55T01', 'a token of another lock is rejected', dbname => 'appdb');
 
 # New tokens are above every token issued before the upgrade.
-my $fresh = acquire($new, 'appdb', 'after-upgrade', '1 hour');
+my $fresh = coord_acquire($new, 'appdb', 'after-upgrade', '1 hour');
 cmp_ok($fresh, '>', $max_issued,
 	"the first grant after the upgrade ($fresh) is above every earlier token ($max_issued)");
-my $takeover = acquire($new, 'appdb', 'acct:3', '1 hour');
+my $takeover = coord_acquire($new, 'appdb', 'acct:3', '1 hour');
 cmp_ok($takeover, '>', $fresh, 'a takeover of a released lease gets a greater token still');
-sql($new, 'appdb', "UPDATE acct SET balance = 7, fence_token = $takeover WHERE id = 3");
+coord_sql($new, 'appdb', "UPDATE acct SET balance = 7, fence_token = $takeover WHERE id = 3");
 fails_with($new,
 	"$path UPDATE acct SET balance = 0, fence_token = $tok{3} WHERE id = 3",
 	'55T01', "acct:3's token from before the upgrade is now stale",
 	dbname => 'appdb');
 
 # Waiting with preload works on the new server: a release wakes a waiter.
-my $holder_tok = acquire($new, 'appdb', 'handoff', '1 hour');
+my $holder_tok = coord_acquire($new, 'appdb', 'handoff', '1 hour');
 my $waiter = bg_session($new, 'waiter', 'appdb');
 bg_start($waiter, "SELECT coord.dlock_acquire('handoff', '1 min', '5 min') > $holder_tok;");
 my $wait_event = dlock_wait_event($new);
@@ -247,7 +230,7 @@ ok( $new->poll_query_until(
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $waiter->{pid} AND wait_event_type = 'Extension' AND wait_event = '$wait_event'"
 	),
 	"a waiter sleeps in dlock on the new server (wait event $wait_event)");
-is(sql($new, 'appdb', "SELECT dlock_release('handoff', $holder_tok)"),
+is(coord_sql($new, 'appdb', "SELECT dlock_release('handoff', $holder_tok)"),
 	't', 'the holder releases');
 my ($out, $state) = bg_finish($waiter);
 is($state, '00000', 'the waiter returns');

@@ -41,17 +41,11 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_fence_cache');
-$node->init;
-$node->append_conf('postgresql.conf',
-	"shared_preload_libraries = 'dlock'\nmax_connections = 30\n");
-$node->start;
-
-sub sql
-{
-	return $node->safe_psql('postgres', $_[0]);
-}
+my $node = dlock_node('dlock_fence_cache',
+	preload => 1,
+	conf => "max_connections = 30\n");
 
 # write(token, [settings]): a fenced UPDATE of row 1 with token; '' when
 # accepted, else the SQLSTATE.

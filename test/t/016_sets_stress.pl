@@ -101,16 +101,14 @@ my $all_workers = 6;
 my $any_workers = 2;
 my $ttl = '2 s';
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_sets');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+my $node = dlock_node(
+	'dlock_sets',
+	preload => 1,
+	conf => q{
 log_error_verbosity = verbose
 log_statement = none
 max_connections = 30
 });
-$node->start;
 
 $node->safe_psql(
 	'postgres', q{
@@ -466,11 +464,6 @@ for my $p (@procs)
 # ---------------------------------------------------------------------
 # The checks
 # ---------------------------------------------------------------------
-
-sub sql
-{
-	return $node->safe_psql('postgres', $_[0]);
-}
 
 # A grant's belief interval: from the return of the call that granted it
 # until its last successful renewal's expiry (or its own), or until its

@@ -22,16 +22,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_run');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_run',
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_run');
-
-# sql runs a query on the node and returns its output.
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # lease returns "token|released|live" of $name's row, '' when there is none.
 sub lease

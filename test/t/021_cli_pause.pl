@@ -40,19 +40,16 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_pause');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = dlock_node(
+	'dlock_cli_pause',
+	conf => q{
 log_statement = 'all'
 log_line_prefix = '%m [%p] app=%a '
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+},
+	setup => 'CREATE EXTENSION dlock');
 my $dir = PostgreSQL::Test::Utils::tempdir('cli_pause');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # conn returns a connection string whose sessions are named $app.
 sub conn { return $node->connstr('postgres') . " application_name=$_[0]"; }

@@ -32,15 +32,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_restart');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_restart',
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_restart');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # 0. A hung backend.
 write_script("$dir/hang.sh", qq{echo "\$DLOCK_TOKEN" > $dir/hang.started

@@ -20,14 +20,11 @@ use Test::More;
 use File::Basename qw(dirname);
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_commands');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_commands',
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # dl runs dlock with -d $conn and the given arguments.
 sub dl { return dlock_run([ '-d', $conn, @_ ]); }

@@ -37,14 +37,11 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_timeout');
-$node->init;
-$node->start;
+my $node = dlock_node('dlock_cli_timeout');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_timeout');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 sql(q{CREATE EXTENSION dlock;
 CREATE SCHEMA hang;

@@ -27,20 +27,17 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_sets');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = dlock_node(
+	'dlock_cli_sets',
+	conf => q{
 log_statement = 'all'
 log_line_prefix = '%m [%p] app=%a '
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+},
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir = PostgreSQL::Test::Utils::tempdir('cli_sets');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # conn_as returns a connection string whose sessions are named $app.
 sub conn_as { return "$conn application_name=$_[0]"; }

@@ -30,15 +30,11 @@ use Test::More;
 use DlockCli;
 use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_status');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_status',
+	preload => 1,
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $json = JSON::PP->new;
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # dl runs dlock with -d $conn and the given arguments.
 sub dl { return dlock_run([ '-d', $conn, @_ ]); }

@@ -41,18 +41,15 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_wait_retry');
-$node->init;
-# part 1b kills a backend: the server must restart (the test modules' default is off)
-$node->append_conf('postgresql.conf', 'restart_after_crash = on');
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE ROLE ro LOGIN');
+# part 1b kills a backend: the server must restart (the test modules'
+# default is off)
+my $node = dlock_node('dlock_cli_wait_retry',
+	conf => "restart_after_crash = on\n",
+	setup => 'CREATE EXTENSION dlock; CREATE ROLE ro LOGIN');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_wait_retry');
-
-# sql runs a query on the node and returns its output.
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # hold($name) acquires $name for a minute in the test's own session and
 # returns the token; release($name, $token) releases it.

@@ -34,18 +34,14 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
 my $ttl = 6;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_retry_deadline');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE ROLE runner LOGIN');
+my $node = dlock_node('dlock_cli_retry_deadline',
+	setup => 'CREATE EXTENSION dlock; CREATE ROLE runner LOGIN');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_retry_deadline');
-
-# sql runs a query on the node and returns its output.
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # refusals($offset) counts the refused logins of "runner" in the server
 # log after byte $offset.

@@ -30,16 +30,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_unconfirmed');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock; CREATE ROLE fate LOGIN');
+my $node = dlock_node('dlock_cli_unconfirmed',
+	setup => 'CREATE EXTENSION dlock; CREATE ROLE fate LOGIN');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_unconfirmed');
-
-# sql runs a query on the node and returns its output.
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # A CMD that records its token, waits for the file $dir/$tag.go (at most
 # 30 s), and exits with the status given as its argument.

@@ -29,15 +29,12 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_tree');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_tree',
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_tree');
-
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # The shapes: bash bodies that write every pid of the job to $PIDS, and
 # the number of pids each writes.

@@ -43,17 +43,13 @@ use Time::HiRes ();
 use POSIX ();
 use IO::Pty;
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_terminal');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_terminal',
+	setup => 'CREATE EXTENSION dlock');
 my $conn  = $node->connstr('postgres');
 my $dir   = PostgreSQL::Test::Utils::tempdir('cli_terminal');
 my $dlock = dlock_path();
-
-# sql runs a query on the node and returns its output.
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # lease returns "released|live" of $name's row, '' when there is none.
 sub lease

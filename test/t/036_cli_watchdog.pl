@@ -45,22 +45,18 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
 my $notify = '/usr/bin/systemd-notify';
 plan skip_all => "$notify (package systemd) is not installed" unless -x $notify;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_watchdog');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_watchdog',
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_watchdog');
 # short: a socket's path is at most 107 bytes
 my $tmp = PostgreSQL::Test::Utils::tempdir_short();
 my %env = (TMPDIR => $tmp);
-
-# sql runs a query on the node and returns its output.
-sub sql { return $node->safe_psql('postgres', $_[0]); }
 
 # lease returns "released|live" of $name's row, '' when there is none.
 sub lease

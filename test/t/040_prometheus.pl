@@ -78,13 +78,10 @@ unless (defined $exporter)
 }
 ok(-r $queries, 'the queries file is there');
 
-my $node = PostgreSQL::Test::Cluster->new('prometheus');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
-$node->start;
-
-$node->safe_psql(
-	'postgres', q{
+my $node = dlock_node(
+	'prometheus',
+	preload => 1,
+	setup => q{
 CREATE EXTENSION dlock;
 CREATE DATABASE app2;
 CREATE DATABASE nodlock;
@@ -92,8 +89,6 @@ CREATE ROLE dlock_exporter LOGIN;
 GRANT pg_monitor TO dlock_exporter;
 });
 $node->safe_psql('app2', 'CREATE EXTENSION dlock');
-
-sub sql { return $node->safe_psql($_[0], $_[1]); }
 
 # expire($db, $name) waits until the lease on $name in $db is no longer
 # live.
@@ -108,29 +103,29 @@ sub expire
 }
 
 # 1. The workload.
-my $t1 = sql('postgres', "SELECT dlock_acquire('job:a', '1 hour')");
+my $t1 = sql("SELECT dlock_acquire('job:a', '1 hour')");
 like($t1, qr/^\d+$/, 'job:a acquired');
-is(sql('postgres', "SELECT dlock_renew('job:a', $t1, '1 hour')"), 't', 'job:a renewed');
-is(sql('postgres', "SELECT dlock_release('job:a', $t1)"), 't', 'job:a released');
-is(sql('postgres', "SELECT dlock_release('job:a', $t1)"), 'f',
+is(sql("SELECT dlock_renew('job:a', $t1, '1 hour')"), 't', 'job:a renewed');
+is(sql("SELECT dlock_release('job:a', $t1)"), 't', 'job:a released');
+is(sql("SELECT dlock_release('job:a', $t1)"), 'f',
 	'job:a: a second release fails');
-is(sql('postgres', "SELECT dlock_renew('job:a', $t1, '1 hour')"), 'f',
+is(sql("SELECT dlock_renew('job:a', $t1, '1 hour')"), 'f',
 	'job:a: renewing the released lease fails');
-my $t2 = sql('postgres', "SELECT dlock_acquire('job:a', '1 hour')");
+my $t2 = sql("SELECT dlock_acquire('job:a', '1 hour')");
 like($t2, qr/^\d+$/, 'job:a acquired again after its release');
-is(sql('postgres', "SELECT dlock_acquire('job:a', '1 hour') IS NULL"), 't',
+is(sql("SELECT dlock_acquire('job:a', '1 hour') IS NULL"), 't',
 	'job:a: another acquire is refused');
 
-my $b1 = sql('postgres', "SELECT dlock_acquire('job:b', '200 ms')");
+my $b1 = sql("SELECT dlock_acquire('job:b', '200 ms')");
 like($b1, qr/^\d+$/, 'job:b acquired for 200 ms');
 expire('postgres', 'job:b');
-my $b2 = sql('postgres', "SELECT dlock_acquire('job:b', '1 hour')");
+my $b2 = sql("SELECT dlock_acquire('job:b', '1 hour')");
 like($b2, qr/^\d+$/, 'job:b taken over after its expiry');
 
-like(sql('postgres', "SELECT dlock_acquire('job:c', '1 hour')"),
+like(sql("SELECT dlock_acquire('job:c', '1 hour')"),
 	qr/^\d+$/, 'job:c acquired');
-is(sql('postgres', "SELECT dlock_break('job:c')"), 't', 'job:c broken');
-is(sql('postgres', "SELECT dlock_purge('0 s')"), '1',
+is(sql("SELECT dlock_break('job:c')"), 't', 'job:c broken');
+is(sql("SELECT dlock_purge('0 s')"), '1',
 	'the purge deletes the broken lease of job:c');
 
 $node->safe_psql(
@@ -142,16 +137,16 @@ CREATE TABLE tallies (id int PRIMARY KEY, fence_token bigint);
 CREATE TRIGGER tallies_fence BEFORE INSERT OR UPDATE ON tallies
   FOR EACH ROW EXECUTE FUNCTION dlock_fence('job:a', 'fence_token', 'live');
 });
-sql('postgres', "INSERT INTO reports VALUES (1, $b2)");
+sql("INSERT INTO reports VALUES (1, $b2)");
 fails_with($node, "INSERT INTO reports VALUES (2, $b1)",
 	'55T01', 'a write with the token of the lease taken over (latest)');
-sql('postgres', "INSERT INTO tallies VALUES (1, $t2)");
+sql("INSERT INTO tallies VALUES (1, $t2)");
 fails_with($node, "INSERT INTO tallies VALUES (2, $t1)",
 	'55T01', 'a write with the token of the released lease (live)');
 
-like(sql('app2', "SELECT dlock_acquire('app2:x', '1 hour')"),
+like(sql("SELECT dlock_acquire('app2:x', '1 hour')", 'app2'),
 	qr/^\d+$/, 'app2: app2:x acquired');
-like(sql('app2', "SELECT dlock_acquire('app2:y', '10 ms')"),
+like(sql("SELECT dlock_acquire('app2:y', '10 ms')", 'app2'),
 	qr/^\d+$/, 'app2: app2:y acquired for 10 ms');
 expire('app2', 'app2:y');
 
@@ -165,7 +160,7 @@ ok( $node->poll_query_until(
 # The counter columns of dlock_stats: every column but datid, datname and
 # stats_reset.
 my @counters = split /\n/, sql(
-	'postgres', q{
+	q{
 SELECT attname FROM pg_attribute
  WHERE attrelid = 'public.dlock_stats'::regclass AND attnum > 0 AND NOT attisdropped
    AND attname NOT IN ('datid', 'datname', 'stats_reset')
@@ -179,10 +174,11 @@ cmp_ok(scalar(@counters), '>=', 19,
 sub stats_row
 {
 	my ($db, @cols) = @_;
-	my $row = sql($db,
-		    'SELECT '
+	my $row = sql(
+		'SELECT '
 		  . join(', ', @cols)
-		  . ' FROM dlock_stats WHERE datname = current_database()');
+		  . ' FROM dlock_stats WHERE datname = current_database()',
+		$db);
 	return {} if $row eq '';
 	my @v = split /\|/, $row, -1;
 	my @names = map { /\bAS (\w+)$/ ? $1 : $_ } @cols;
@@ -324,11 +320,11 @@ sub views
 		(map { "dlock_${_}_total=" . ($r->{$_} // '(no row)') } @counters),
 		'dlock_stats_reset_timestamp_seconds=' . ($r->{stats_reset} // '(no row)'));
 	($v{live}, $v{sessions}, $v{oldest}) = split /\|/, sql(
-		$db, q{
+		q{
 SELECT (SELECT count(*) FROM dlock_leases WHERE live),
        count(*),
        COALESCE(date_part('epoch', clock_timestamp() - min(waiting_since)), 0)
-  FROM dlock_waiters});
+  FROM dlock_waiters}, $db);
 	return \%v;
 }
 
@@ -409,7 +405,7 @@ unlike(exporter_log($exp_a), qr/Error running query/,
 	'exporter A: no query failed');
 
 # 3. The waiter is served.
-is(sql('postgres', "SELECT dlock_release('job:a', $t2)"), 't', 'job:a released');
+is(sql("SELECT dlock_release('job:a', $t2)"), 't', 'job:a released');
 my ($out, $state) = bg_finish($waiter);
 is($state, '00000', 'the waiter returned');
 like($out, qr/^\d+$/, 'the waiter got job:a');
