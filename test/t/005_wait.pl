@@ -64,16 +64,12 @@ use Test::More;
 use DlockTest;
 use POSIX ();
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_wait');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
 # A waiter blocking a release shows in the log, with its pid.
-log_lock_waits = on
-});
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node(
+	'dlock_wait',
+	preload => 1,
+	conf => "log_lock_waits = on\n",
+	setup => 'CREATE EXTENSION dlock');
 is($node->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'dlock', 'dlock is preloaded');
 
@@ -526,13 +522,11 @@ END $$;});
 	bg_close($_) for @w;
 }
 
-$node->stop;
-
-# 7. Without preload, waiting polls.
-my $plain = PostgreSQL::Test::Cluster->new('dlock_nopreload');
-$plain->init;
-$plain->start;
-$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+# 7. Without preload, waiting polls: the same cluster, restarted without
+# dlock in shared_preload_libraries (the last setting in the file wins).
+$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
+$node->restart;
+my $plain = $node;
 is($plain->safe_psql('postgres', 'SHOW shared_preload_libraries'),
 	'', 'no preload: dlock is not preloaded');
 {

@@ -429,15 +429,14 @@ for my $opt ('--waiters', '--stats')
 is(dlock_run([ '-d', $node->connstr('old_dlock'), 'status', '--json' ])->{stdout}, "[]\n",
 	'extension 1.1: status --json works');
 
-$node->stop;
-
 # ---------------------------------------------------------------------
-# Without shared_preload_libraries: no queues, no counters.
+# Without shared_preload_libraries: no queues, no counters.  The same
+# cluster, restarted without dlock preloaded (the last setting in the
+# file wins).
 # ---------------------------------------------------------------------
-my $plain = PostgreSQL::Test::Cluster->new('dlock_cli_status_plain');
-$plain->init;
-$plain->start;
-$plain->safe_psql('postgres', 'CREATE EXTENSION dlock');
+$node->append_conf('postgresql.conf', "shared_preload_libraries = ''\n");
+$node->restart;
+my $plain = $node;
 my $pconn = $plain->connstr('postgres');
 is(dlock_run([ '-d', $pconn, 'acquire', '--ttl', '1h', 'p' ])->{rc}, 0, 'no preload: p acquired');
 my $poller = bg_session($plain, 'poller');
