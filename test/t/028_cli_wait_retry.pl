@@ -189,7 +189,10 @@ is($h->{rc}, 69, 'down from the start: dlock acquire --wait exits 69 too');
 cmp_ok($h->{elapsed}, '>=', 0.9, 'down from the start: dlock acquire tried until --wait ran out');
 
 $h = dlock_start([ 'run', '-d', $conn, '--wait', '40s', 'w-up', '--', job('up') ]);
-sleep 2;
+# the server comes up once dlock has found it down and is trying again
+wait_until(sub { slurp($h->{err}) =~ /could not acquire "w-up": .*trying again/s },
+	$PostgreSQL::Test::Utils::timeout_default)
+  or die 'dlock run --wait did not report a failed attempt: ' . slurp($h->{err});
 $node->start;
 is(dlock_wait($h), 0, 'a server that comes up during the wait: dlock gets the lease (exit 0)');
 like(slurp("$dir/up.token"), qr/^\d+\n\z/, 'a server that comes up during the wait: CMD ran');
@@ -202,9 +205,15 @@ $h = dlock_start([ '-d', "$conn user=ro", 'acquire', '--wait', '40s', 'w-ro' ]);
 my $multi = sprintf('host=%s,%s port=%s,%s dbname=postgres user=ro target_session_attrs=read-write',
 	$node->host, $node->host, $node->port, $node->port);
 my $h2 = dlock_start([ 'run', '-d', $multi, '--wait', '40s', 'w-ro2', '--', job('ro2') ]);
-sleep 2;
+# both are refused (25006; libpq: no read-write host), then go on trying
+for my $w ([ $h, 'w-ro' ], [ $h2, 'w-ro2' ])
+{
+	wait_until(sub { slurp($w->[0]{err}) =~ /could not acquire "$w->[1]": .*trying again/s },
+		$PostgreSQL::Test::Utils::timeout_default)
+	  or die "$w->[1]: no refused attempt reported: " . slurp($w->[0]{err});
+}
 ok(process_alive($h->{pid}) && process_alive($h2->{pid}),
-	'read-only: both still trying after 2 s');
+	'read-only: both still trying after they were refused');
 is(release('w-ro', $t), 't', 'read-only: the holder releases');
 sql('ALTER ROLE ro RESET default_transaction_read_only');
 is(dlock_wait($h), 0, 'read-only: dlock acquire --wait got the lease once the server was writable');

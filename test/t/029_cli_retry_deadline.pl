@@ -53,9 +53,11 @@ sub refusals
 	return $n;
 }
 
+# CMD runs until the test lets it end (the file job.go) once the renew
+# near the target has landed, or dlock has exited (at most 30 s).
 write_script("$dir/job.sh", qq{trap 'echo TERM > $dir/job.term; exit 9' TERM
 echo "\$DLOCK_TOKEN" > $dir/job.started
-sleep 10 & wait \$!
+for i in \$(seq 300); do [ -e $dir/job.go ] && break; sleep 0.1 & wait \$!; done
 echo done > $dir/job.done
 });
 my $h = dlock_start([ 'run', '-d', "$conn user=runner application_name=near",
@@ -97,6 +99,17 @@ while (Time::HiRes::time() < $deadline)
 note(sprintf('refused attempts seen: %d; logins allowed again %.3f s before the target',
 	$seen, $left // -1));
 $bg->query_safe('ALTER ROLE runner LOGIN') unless defined $left;
+
+# CMD ends once a renew has landed after the cut (or dlock is gone).
+wait_until(
+	sub {
+		!process_alive($h->{pid})
+		  || $bg->query_safe(
+			"SELECT renewed_at > to_timestamp($r) FROM dlock_leases WHERE lock_name = 'near-job'"
+		  ) eq 't';
+	},
+	$PostgreSQL::Test::Utils::timeout_default);
+append_to_file("$dir/job.go", "go\n");
 cmp_ok($seen, '>=', 5, 'dlock kept retrying while it could not log in');
 ok(defined $left, 'a refused attempt came less than 0.8 s before the target');
 

@@ -46,13 +46,15 @@ exit \$2
 });
 
 # start_job($tag, $status, @names) starts dlock run as role fate (session
-# named $tag) with a 6 s lease on @names (--all when several) and waits
-# until CMD runs.
+# named $tag) with a 4 s lease on @names (--all when several) and waits
+# until CMD runs.  The test ends CMD well before the lease's deadline
+# (renewed every 4/3 s) would stop it; the cases where no release is
+# confirmed then last until that deadline.
 sub start_job
 {
 	my ($tag, $status, @names) = @_;
 	my @set = @names > 1 ? ('--all') : ();
-	my $h = dlock_start([ 'run', '-d', "$conn user=fate application_name=$tag", '--ttl', '6s',
+	my $h = dlock_start([ 'run', '-d', "$conn user=fate application_name=$tag", '--ttl', '4s',
 		@set, @names, '--', "$dir/job.sh", $tag, $status ]);
 	ok(wait_for_file("$dir/$tag.started"), "$tag: CMD started");
 	return $h;
