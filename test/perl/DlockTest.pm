@@ -15,7 +15,7 @@ use Test::More;
 # test file (bg_* for background sessions).
 our @EXPORT = qw(dlock_node use_node sql coord_sql coord_acquire psql_error sqlstate_of fails_with
   lease_rows bg_session bg_start bg_finish bg_close crash_lines
-  to_logging_call dlock_wait_event);
+  to_logging_call dlock_wait_event waits_in_dlock wait_for_replay);
 
 # The node sql() runs on: the last one dlock_node() started or use_node()
 # named.
@@ -90,6 +90,34 @@ sub coord_acquire
 		"$role SELECT dlock_acquire('$name', '$ttl', '0', 'owner of $name')");
 	die "acquire $name returned '$t'" unless $t =~ /^\d+$/;
 	return $t;
+}
+
+# waits_in_dlock($node, $pid, $db) polls (poll_query_until, on database
+# $db, default postgres) until backend $pid of $node sleeps in a dlock
+# wait (wait_event_type 'Extension', wait_event dlock_wait_event($node)),
+# and returns whether it did in time.  A backend only shows the wait
+# event once it is queued, so a release after this wakes it (CONTRIBUTING,
+# "Waiting without racing").
+sub waits_in_dlock
+{
+	my ($node, $pid, $db) = @_;
+	my $event = dlock_wait_event($node);
+	return $node->poll_query_until($db // 'postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $pid"
+		  . " AND wait_event_type = 'Extension' AND wait_event = '$event'");
+}
+
+# wait_for_replay($primary, $standby) waits until $standby has replayed
+# everything $primary has inserted into its WAL so far: its insert LSN,
+# not the write LSN wait_for_catchup takes by default, which need not
+# cover a commit that did not wait for its flush (dlock's releases commit
+# asynchronously: docs/guarantees.md).  The WAL writer writes such a
+# record within wal_writer_delay, the walsender then sends it.
+sub wait_for_replay
+{
+	my ($primary, $standby) = @_;
+	$primary->wait_for_catchup($standby, 'replay', $primary->lsn('insert'));
+	return;
 }
 
 # psql_error($node, $sql) runs $sql on $node's postgres database with

@@ -55,12 +55,10 @@ $primary->poll_query_until('postgres',
 my $max_primary_token = max(values %tok);
 
 # The release committed without waiting for its WAL flush (an
-# asynchronous commit, docs/guarantees.md): its commit record may not
-# have been written yet, so the write LSN that wait_for_catchup waits for
-# by default need not cover it.  The insert LSN does; the WAL writer
-# flushes the record within wal_writer_delay, and the walsender then
-# sends it.
-$primary->wait_for_catchup($standby, 'replay', $primary->lsn('insert'));
+# asynchronous commit, docs/guarantees.md): wait_for_replay waits for the
+# primary's insert LSN, which covers its commit record (the write LSN
+# need not).
+wait_for_replay($primary, $standby);
 
 is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
 	't', 'the standby is in recovery');

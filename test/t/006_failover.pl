@@ -150,7 +150,7 @@ SELECT pg_reload_conf();
 	$primary->safe_psql('postgres',
 		"SELECT dlock_release('early-released', $tok{released})");
 	$tok{expired} = $acquire->('early-expired', '1 millisecond');
-	$primary->wait_for_catchup($standby);
+	wait_for_replay($primary, $standby);
 
 	# The hot standby.
 	is(lease_rows($standby), lease_rows($primary),

@@ -225,10 +225,7 @@ my $holder_tok = coord_acquire($new, 'appdb', 'handoff', '1 hour');
 my $waiter = bg_session($new, 'waiter', 'appdb');
 bg_start($waiter, "SELECT coord.dlock_acquire('handoff', '1 min', '5 min') > $holder_tok;");
 my $wait_event = dlock_wait_event($new);
-ok( $new->poll_query_until(
-		'appdb',
-		"SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $waiter->{pid} AND wait_event_type = 'Extension' AND wait_event = '$wait_event'"
-	),
+ok(waits_in_dlock($new, $waiter->{pid}, 'appdb'),
 	"a waiter sleeps in dlock on the new server (wait event $wait_event)");
 is(coord_sql($new, 'appdb', "SELECT dlock_release('handoff', $holder_tok)"),
 	't', 'the holder releases');

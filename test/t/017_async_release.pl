@@ -517,12 +517,7 @@ sub granted_after_crash
 	my $t1 = acquire($a, 'grant-3');
 	my $w = bg_session($node, 'waiter');
 	bg_start($w, "SELECT dlock_acquire('grant-3', '1 hour', '60 s');");
-	my $wait_event = dlock_wait_event($node);
-	ok( $node->poll_query_until(
-			'postgres', qq{SELECT count(*) = 1 FROM pg_stat_activity
- WHERE pid = $w->{pid} AND wait_event_type = 'Extension' AND wait_event = '$wait_event'}
-		),
-		"$what: the waiter waits");
+	ok(waits_in_dlock($node, $w->{pid}), "$what: the waiter waits");
 	room_on_page($a);
 	$a->query_safe("SELECT dlock_release('grant-3', $t1)");
 	my ($t2, $state) = bg_finish($w);
