@@ -15,7 +15,8 @@ use Test::More;
 # test file (bg_* for background sessions).
 our @EXPORT = qw(dlock_node use_node sql coord_sql coord_acquire psql_error sqlstate_of fails_with
   lease_rows bg_session bg_start bg_finish bg_close crash_lines
-  to_logging_call dlock_wait_event waits_in_dlock wait_for_replay);
+  to_logging_call dlock_wait_event waits_in_dlock wait_for_replay
+  wait_for_expiry);
 
 # The node sql() runs on: the last one dlock_node() started or use_node()
 # named.
@@ -105,6 +106,19 @@ sub waits_in_dlock
 	return $node->poll_query_until($db // 'postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE pid = $pid"
 		  . " AND wait_event_type = 'Extension' AND wait_event = '$event'");
+}
+
+# wait_for_expiry($node, $name, $db, $schema) polls (poll_query_until)
+# until the lease on $name in $node's database $db (default postgres; dlock
+# in schema $schema, default public) is no longer live, by the server's
+# clock (never a sleep of the ttl: CONTRIBUTING, "Waiting without
+# racing"), and returns whether it expired in time.
+sub wait_for_expiry
+{
+	my ($node, $name, $db, $schema) = @_;
+	$schema //= 'public';
+	return $node->poll_query_until($db // 'postgres',
+		"SELECT NOT live FROM $schema.dlock_leases WHERE lock_name = '$name'");
 }
 
 # wait_for_replay($primary, $standby) waits until $standby has replayed

@@ -48,8 +48,7 @@ is( $primary->safe_psql(
 		'postgres', "SELECT dlock_release('released', $tok{released})"),
 	't',
 	'primary: released one lease');
-$primary->poll_query_until('postgres',
-	"SELECT NOT live FROM dlock_leases WHERE lock_name = 'expired'")
+wait_for_expiry($primary, 'expired')
   or die "the short lease did not expire";
 
 my $max_primary_token = max(values %tok);

@@ -427,8 +427,7 @@ sub second_failover
 	$s[1]->promote;
 	$s[1]->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
 	  or die "S1 was not promoted";
-	$s[1]->poll_query_until('postgres',
-		"SELECT NOT live FROM dlock_leases WHERE lock_name = 'acct:1'")
+	wait_for_expiry($s[1], 'acct:1')
 	  or die "the lease of acct:1 did not expire";
 	my @s1 = map {
 		$s[1]->safe_psql('postgres',

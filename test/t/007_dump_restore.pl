@@ -93,8 +93,7 @@ for my $i (1 .. 20)
 	coord_sql($src, 'appdb', "SELECT dlock_release('job-$i', $t)") if $i % 2;
 	push @before, ["job-$i", $t];
 }
-$src->poll_query_until('appdb',
-	"SELECT NOT live FROM coord.dlock_leases WHERE lock_name = 'acct:4'")
+wait_for_expiry($src, 'acct:4', 'appdb', 'coord')
   or die "the short lease did not expire";
 my $max_before = max(map { $_->[1] } @before);
 my $source_rows = lease_rows($src, 'appdb', 'coord');

@@ -117,9 +117,7 @@ for my $i (1 .. 40)
 	coord_sql($old, 'appdb', "SELECT dlock_release('batch-$i', $t)") if $i % 2;
 	push @issued, $t;
 }
-ok( $old->poll_query_until(
-		'appdb',
-		"SELECT NOT live FROM coord.dlock_leases WHERE lock_name = 'acct:4'"),
+ok(wait_for_expiry($old, 'acct:4', 'appdb', 'coord'),
 	'old cluster: the short lease expired');
 
 $old->safe_psql('legacy', q{CREATE EXTENSION dlock VERSION '1.0'});

@@ -165,8 +165,7 @@ Time::HiRes::sleep(0.01)
   while process_state($h1->{pid}) ne 'T' && Time::HiRes::time() < $deadline;
 is(process_state($h1->{pid}), 'T', 'holder 1 is stopped (SIGSTOP) before its write to B');
 
-$store->poll_query_until('postgres',
-	"SELECT NOT live FROM dlock_leases WHERE lock_name = 'order:1'")
+wait_for_expiry($store, 'order:1')
   or die "holder 1's lease did not expire";
 is(on_a("SELECT token FROM dlock_leases WHERE lock_name = 'order:1'"),
 	$t1, "holder 1's lease on A expired while it was stopped");

@@ -389,8 +389,7 @@ sub acquire
 sub expire
 {
 	my ($db, $name) = @_;
-	$node->poll_query_until($db,
-		"SELECT NOT live FROM dlock_leases WHERE lock_name = '$name'")
+	wait_for_expiry($node, $name, $db)
 	  or die "lease $name did not expire";
 	return;
 }

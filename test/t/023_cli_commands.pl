@@ -238,8 +238,7 @@ is($w->{stdout}, '', 'no token printed');
 ok( $node->poll_query_until('postgres',
 		"SELECT count(*) = 0 FROM pg_stat_activity WHERE application_name = 'waiter'"),
 	'the waiter left the server');
-ok( $node->poll_query_until('postgres',
-		"SELECT NOT live FROM dlock_leases WHERE lock_name = 'busy'"),
+ok(wait_for_expiry($node, 'busy'),
 	'the held lease expires');
 Time::HiRes::sleep(0.2);
 is(sql("SELECT token FROM dlock_leases WHERE lock_name = 'busy'"),

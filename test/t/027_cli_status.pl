@@ -315,7 +315,7 @@ is(ds('release', 'b', $tb)->{rc}, 1, 'workload: a release that fails');
 is(ds('acquire', 'a')->{rc}, 75, 'workload: a refused acquire');
 is(ds('acquire', '--wait', '300ms', 'a')->{rc}, 75, 'workload: a wait that times out');
 is(ds('acquire', 'b')->{rc}, 0, 'workload: an acquire after a release');
-ok($node->poll_query_until('statsdb', q{SELECT NOT live FROM dlock_leases WHERE lock_name = 'c'}),
+ok(wait_for_expiry($node, 'c', 'statsdb'),
 	'workload: c expires');
 is(ds('acquire', 'c')->{rc}, 0, 'workload: a takeover');
 

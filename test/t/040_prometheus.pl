@@ -96,8 +96,7 @@ sub expire
 {
 	my ($db, $name) = @_;
 	local $Test::Builder::Level = $Test::Builder::Level + 1;
-	ok( $node->poll_query_until(
-			$db, "SELECT NOT live FROM dlock_leases WHERE lock_name = '$name'"),
+	ok(wait_for_expiry($node, $name, $db),
 		"$db: the lease on $name expired");
 	return;
 }
