@@ -130,8 +130,10 @@ for my $case (sort keys %stop)
 	ok(wait_for_file("$dir/$case.beats"), "$case: the job runs");
 }
 
-# let one renew go through the proxy, then partition
-Time::HiRes::sleep(2.5);
+# let one renew of each lease go through the proxy, then partition
+$node->poll_query_until('postgres',
+	"SELECT count(*) = 4 FROM dlock_leases WHERE lock_name LIKE 'part-%' AND renewed_at > acquired_at")
+  or die 'the first renew of each lease did not come through the proxy';
 kill 'USR1', $proxy;
 note('partition: the proxy relays nothing from now on');
 my %second;
