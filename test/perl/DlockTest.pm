@@ -13,13 +13,12 @@ use Test::More;
 
 # Exported by default, so their names must not clash with the subs of any
 # test file (bg_* for background sessions).
-our @EXPORT = qw(dlock_node use_node sql coord_sql coord_acquire psql_error sqlstate_of fails_with
-  lease_rows bg_session bg_start bg_finish bg_close crash_lines
+our @EXPORT = qw(dlock_node sql coord_sql coord_acquire psql_error
+  sqlstate_of fails_with lease_rows bg_session bg_start bg_finish bg_close crash_lines
   to_logging_call dlock_wait_event waits_in_dlock wait_for_replay
   wait_for_expiry);
 
-# The node sql() runs on: the last one dlock_node() started or use_node()
-# named.
+# The node sql() runs on: the last one dlock_node() started.
 my $sql_node;
 
 # dlock_node($name, %opt) creates, initialises and starts a cluster named
@@ -44,19 +43,13 @@ sub dlock_node
 	return $node;
 }
 
-# use_node($node) makes $node the node sql() runs on.
-sub use_node
-{
-	($sql_node) = @_;
-	return;
-}
-
-# sql($sql, $db) runs $sql on the current node's database $db (default
-# postgres) with safe_psql (dying on an error) and returns its output.
+# sql($sql, $db) runs $sql on the database $db (default postgres) of the
+# node dlock_node() started last, with safe_psql (dying on an error), and
+# returns its output.  For a file with one node, or one main node.
 sub sql
 {
 	my ($sql, $db) = @_;
-	die "sql() before dlock_node() or use_node()" unless $sql_node;
+	die "sql() before dlock_node()" unless $sql_node;
 	return $sql_node->safe_psql($db // 'postgres', $sql);
 }
 

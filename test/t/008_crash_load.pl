@@ -57,18 +57,15 @@ use List::Util qw(max min);
 my $clients = 6;
 my $names = 200;
 
-my $node = PostgreSQL::Test::Cluster->new('crash_load');
-$node->init;
-
 # A long walwriter delay keeps the WAL of asynchronous commits in memory
 # longer, so that the crash is more likely to lose some.
-$node->append_conf(
-	'postgresql.conf', q{
+my $node = dlock_node(
+	'crash_load',
+	conf => q{
 max_connections = 30
 checkpoint_timeout = '1h'
 wal_writer_delay = '10s'
 });
-$node->start;
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dlock;

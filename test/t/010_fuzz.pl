@@ -78,16 +78,14 @@ diag("fuzz seed $seed (DLOCK_FUZZ_SEED=$seed reproduces this run)");
 my $model_steps = 2500;
 my $conc_steps = 800;
 
-my $node = PostgreSQL::Test::Cluster->new('fuzz');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+my $node = dlock_node(
+	'fuzz',
+	preload => 1,
+	conf => q{
 log_error_verbosity = verbose
 log_statement = none
 max_connections = 20
 });
-$node->start;
 my $log_start = -s $node->logfile;
 
 my $tables = q{

@@ -67,11 +67,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_async');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+my $node = dlock_node(
+	'dlock_async',
+	preload => 1,
+	conf => q{
 synchronous_commit = on
 wal_level = minimal
 max_wal_senders = 0
@@ -80,7 +79,6 @@ wal_writer_flush_after = '1GB'
 checkpoint_timeout = '1h'
 autovacuum = off
 });
-$node->start;
 $node->safe_psql(
 	'postgres', q{
 CREATE EXTENSION dlock;

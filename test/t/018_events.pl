@@ -142,15 +142,15 @@ use Time::HiRes ();
 
 my $timeout = $PostgreSQL::Test::Utils::timeout_default;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_events');
-$node->init(allows_streaming => 1);    # max_wal_senders > 0: commits can wait for a standby (9.)
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+my $node = dlock_node(
+	'dlock_events',
+	# max_wal_senders > 0: commits can wait for a standby (9.)
+	init => { allows_streaming => 1 },
+	preload => 1,
+	conf => q{
 max_prepared_transactions = 5
 dlock.notifier_idle_timeout = '1h'
 });
-$node->start;
 $node->safe_psql(
 	'postgres', q{
 CREATE DATABASE ev ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0;

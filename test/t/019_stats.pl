@@ -69,16 +69,14 @@ use Time::HiRes ();
 
 my $timeout = $PostgreSQL::Test::Utils::timeout_default;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_stats');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
+my $node = dlock_node(
+	'dlock_stats',
+	preload => 1,
+	conf => q{
 # section 6: a backend killed by a signal makes the postmaster rebuild
 # shared memory (PostgreSQL::Test::Cluster turns this off)
 restart_after_crash = on
 });
-$node->start;
 $node->safe_psql(
 	'postgres', q{
 CREATE DATABASE sa;

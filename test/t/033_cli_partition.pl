@@ -32,11 +32,9 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_partition');
-$node->init;
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_partition', setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_partition');
 

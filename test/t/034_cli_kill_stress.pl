@@ -26,16 +26,15 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes ();
 use DlockCli;
+use DlockTest;
 
 my $seed = $ENV{DLOCK_STRESS_SEED} // 20261202;
 srand($seed);
 note("stress seed $seed (DLOCK_STRESS_SEED=$seed repeats the choices)");
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_cli_kill_stress');
-$node->init;
-$node->append_conf('postgresql.conf', 'shared_preload_libraries = dlock');
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION dlock');
+my $node = dlock_node('dlock_cli_kill_stress',
+	preload => 1,
+	setup => 'CREATE EXTENSION dlock');
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_kill_stress');
 my $log  = "$dir/jobs.log";

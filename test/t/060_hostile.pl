@@ -45,12 +45,10 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use DlockTest;
 
-my $node = PostgreSQL::Test::Cluster->new('hostile');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dlock'\n");
-$node->start;
-$node->safe_psql(
-	'postgres', q{
+my $node = dlock_node(
+	'hostile',
+	preload => 1,
+	setup => q{
 CREATE EXTENSION dlock;
 CREATE ROLE alice LOGIN;
 CREATE ROLE bob LOGIN;

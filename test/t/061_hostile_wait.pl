@@ -91,14 +91,9 @@ my $top = abs_path(dirname(abs_path($0)) . '/../..');
 my $X = 'kd2c563948cfd8172';
 my $Y = 'kde711f4de8a79002';
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_hostile_wait');
-$node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
-max_connections = 30
-});
-$node->start;
+my $node = dlock_node('dlock_hostile_wait',
+	preload => 1,
+	conf => "max_connections = 30\n");
 for my $db (qw(da db))
 {
 	$node->safe_psql('postgres', "CREATE DATABASE $db");
@@ -207,10 +202,7 @@ my ($key_x, $old_x);
 	is($key_of->($node, 'da'), $key_x,
 		'0.4 the name lock\'s key of X is the same after a restart');
 
-	my $other = PostgreSQL::Test::Cluster->new('dlock_other_cluster');
-	$other->init;
-	$other->start;
-	$other->safe_psql('postgres', 'CREATE EXTENSION dlock');
+	my $other = dlock_node('dlock_other_cluster', setup => 'CREATE EXTENSION dlock');
 	my $key_other = $key_of->($other, 'postgres');
 	like($key_other, qr/^-?[0-9]+$/,
 		'0.4 another cluster takes a name lock for X too');

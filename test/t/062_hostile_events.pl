@@ -86,14 +86,11 @@ use Time::HiRes ();
 
 my $timeout = $PostgreSQL::Test::Utils::timeout_default;
 
-my $node = PostgreSQL::Test::Cluster->new('dlock_hostile_events');
-$node->init(allows_streaming => 1);    # commits can wait for a standby (6.)
-$node->append_conf(
-	'postgresql.conf', q{
-shared_preload_libraries = 'dlock'
-dlock.notifier_idle_timeout = '1h'
-});
-$node->start;
+my $node = dlock_node(
+	'dlock_hostile_events',
+	init => { allows_streaming => 1 },    # commits can wait for a standby (6.)
+	preload => 1,
+	conf => "dlock.notifier_idle_timeout = '1h'\n");
 $node->safe_psql(
 	'postgres', q{
 CREATE DATABASE app;
