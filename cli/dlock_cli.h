@@ -261,18 +261,25 @@ extern char *DlockTextArray(char *const *elems, const bool *only, int n);
 extern int	DlockParseArray(const char *text, char ***elems);
 extern bool DlockLeasesSetEnv(const DlockLeases *l);
 
-/* dlock.c */
+/* oneshot.c */
 extern const char *dlock_needs_1_2;
 extern void DlockConnectOrExit(DlockLink *link, bool keep_trying);
 extern int	DlockCallFailed(DlockLink *link, const PGresult *res,
 							const char *what, const char *unknown);
 extern bool DlockInterrupted(const DlockLink *link, const PGresult *res,
 							 int signo, const char *why);
+extern int	DlockCmdAcquire(const DlockOptions *opt);
+extern int	DlockCmdRenew(const DlockOptions *opt);
+extern int	DlockCmdRelease(const DlockOptions *opt);
+
+/* acquire.c */
 extern int	DlockAcquireLease(DlockLink *link, const DlockOptions *opt,
 							  const char *owner, DlockLeases *l,
 							  int64_t *sent_at, int64_t *answered_at);
 extern void DlockDescribeHolder(DlockLink *link, const DlockOptions *opt,
 								const DlockLeases *l, char *buf, size_t len);
+extern void DlockReleaseQuietly(DlockLink *link, const DlockOptions *opt,
+								const DlockLeases *l);
 
 /* run.c */
 extern int	DlockRun(const DlockOptions *opt);
