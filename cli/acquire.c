@@ -230,7 +230,8 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 	char		ttl[64];
 	char		wait[64];
 	const char *values[4];
-	const char *sql;
+	const char *call;
+	char	   *sql = NULL;
 	const char *state;
 	int			signo;
 	PGresult   *res;
@@ -248,12 +249,11 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 	values[2] = wait;
 	values[3] = owner;
 	if (opt->all)
-		sql = "SELECT @extschema@.dlock_acquire_all($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
+		call = "SELECT @extschema@.dlock_acquire_all($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
 	else if (opt->slots > 0)
-		sql = "SELECT lock_name, token FROM @extschema@.dlock_acquire_any($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
+		call = "SELECT lock_name, token FROM @extschema@.dlock_acquire_any($1::pg_catalog.text[], $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
 	else
-		sql = "SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
-	sql = DlockSql(sql);
+		call = "SELECT @extschema@.dlock_acquire($1, $2::pg_catalog.interval, $3::pg_catalog.interval, $4)";
 	dlock_needs_1_2 = l->want_array ? "--all and --slots" : NULL;
 	DlockLeasesWanted(l, opt, wanted, sizeof(wanted));
 	snprintf(what, sizeof(what), "could not acquire %s", wanted);
@@ -310,6 +310,9 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 				return rc;
 			continue;
 		}
+		/* (the first session found the extension's schema: cli/conn.c) */
+		if (sql == NULL)
+			sql = DlockSql(call);
 		res = DlockLinkExec(link, sql, 4, values,
 							st.failing ? st.give_up - *sent_at : opt->timeout_ms,
 							&signo);

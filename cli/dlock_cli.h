@@ -103,7 +103,8 @@ typedef struct DlockLeases
 typedef enum DlockLinkState
 {
 	DLOCK_LINK_DOWN,			/* no connection */
-	DLOCK_LINK_CONNECTING,		/* PQconnectPoll in progress */
+	DLOCK_LINK_CONNECTING,		/* PQconnectPoll, then pinning the
+								 * search_path, in progress */
 	DLOCK_LINK_IDLE,			/* connected, no query in flight */
 	DLOCK_LINK_BUSY				/* a query is in flight */
 } DlockLinkState;
@@ -122,7 +123,10 @@ typedef struct DlockLink
 	PGconn	   *conn;
 	DlockLinkState state;
 	PostgresPollingStatusType connect_poll; /* CONNECTING: what to wait for */
-	bool		flushing;		/* BUSY: the query is not fully sent yet */
+	bool		pinning;		/* CONNECTING: connected, pin_sql in flight
+								 * (cli/conn.c) */
+	bool		flushing;		/* BUSY, pinning: the statement is not fully
+								 * sent yet */
 	PGresult   *pending;		/* BUSY: result collected so far */
 	short		revents;		/* poll() result for the socket */
 	bool		timed_out;		/* DlockLinkExec got no answer in time */
@@ -228,7 +232,6 @@ extern void DlockNotifyCleanup(void);
 /* conn.c */
 extern void DlockConnInit(const DlockOptions *opt);
 extern PGconn *DlockConnectQuiet(char *err, size_t len);
-extern PGconn *DlockConnectBlocking(void);
 extern void DlockLinkInit(DlockLink *link);
 extern bool DlockLinkAdopt(DlockLink *link, PGconn *conn);
 extern void DlockLinkStartConnect(DlockLink *link);
