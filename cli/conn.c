@@ -56,8 +56,9 @@ static const char *conn_keywords[5];
 static const char *conn_values[5];
 
 /*
- * The extension's schema quoted, and a dot ("dlock".): --schema, or the
- * schema found by the first session (pin_sql); "" until it is known.
+ * The extension's schema: schema_option is --schema (NULL when not
+ * given); schema_prefix is it quoted, and a dot ("dlock".), or the schema
+ * the first session found (pin_find_sql), NULL until it is known.
  */
 static const char *schema_option = NULL;
 static char *schema_prefix = NULL;
