@@ -22,7 +22,10 @@
  *
  * Every call passes its arguments as parameters (PQsendQueryParams): no
  * SQL text is ever built from user input.  The only text spliced into SQL
- * is --schema, quoted as an identifier.
+ * is the extension's schema, quoted by libpq (PQescapeIdentifier).  Every
+ * session first pins its search_path, as PostgreSQL's client programs do,
+ * and learns the extension's schema (pin_sql): a connection is ready only
+ * then, and every statement names its objects' schemas (design.md §9).
  *
  * Concurrency: none; the caller's single thread owns the link.  The cancel
  * helper shares nothing with dlock but the pipe it reports through; dlock
@@ -52,43 +55,46 @@
 static const char *conn_keywords[5];
 static const char *conn_values[5];
 
-/* "schema". with the quotes, or "" when --schema was not given */
-static const char *schema_prefix = "";
+/*
+ * The extension's schema: schema_option is --schema (NULL when not
+ * given); schema_prefix is it quoted, and a dot ("dlock".), or the schema
+ * the first session found (pin_find_sql), NULL until it is known.
+ */
+static const char *schema_option = NULL;
+static char *schema_prefix = NULL;
+
+/* The longest wait for the answer to pin_sql (--timeout). */
+static int64_t pin_timeout_ms;
+
+/*
+ * The first statement of every session: its search_path pinned to
+ * pg_catalog alone, as PostgreSQL's client programs do right after
+ * connecting (ALWAYS_SECURE_SEARCH_PATH_SQL), so that no object another
+ * role can create in a schema of the search_path (a function, operator or
+ * view named like one dlock calls) is ever found instead of the one
+ * meant.  Until the extension's schema is known (no --schema), the same
+ * statement reads it first: the schema of extension dlock if it is among
+ * the schemas that the session's search_path had (current_schemas(), which
+ * leaves out the schemas the role may not use), that is, where dlock found
+ * the functions by their bare names before it pinned the search_path; NULL
+ * otherwise, and the calls then fail as before, "does not exist".  OFFSET
+ * 0 keeps the read in a subquery, evaluated before set_config().
+ */
+static const char pin_sql[] =
+"SELECT pg_catalog.set_config('search_path', '', false)";
+static const char pin_find_sql[] =
+"SELECT s.nspname, pg_catalog.set_config('search_path', '', false)"
+" FROM (SELECT (SELECT n.nspname FROM pg_catalog.pg_extension e"
+" JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) e.extnamespace"
+" WHERE e.extname OPERATOR(pg_catalog.=) 'dlock'"
+" AND n.nspname OPERATOR(pg_catalog.=) ANY (pg_catalog.current_schemas(true)))"
+" OFFSET 0) s(nspname)";
 
 /* How long a cancelled query may take to answer before it is abandoned. */
 #define CANCEL_GRACE_MS 10000
 
 /* The longest wait for the server to take a cancel request. */
 #define CANCEL_MAX_MS 5000
-
-/*
- * quote_ident returns name quoted as an SQL identifier: in double quotes,
- * with every double quote doubled (malloc'd).
- */
-static char *
-quote_ident(const char *name)
-{
-	size_t		n = strlen(name);
-	char	   *out = malloc(2 * n + 4);
-	char	   *w = out;
-
-	if (out == NULL)
-	{
-		DlockError("out of memory");
-		exit(DLOCK_EXIT_ERROR);
-	}
-	*w++ = '"';
-	for (; *name; name++)
-	{
-		if (*name == '"')
-			*w++ = '"';
-		*w++ = *name;
-	}
-	*w++ = '"';
-	*w++ = '.';
-	*w = '\0';
-	return out;
-}
 
 /*
  * DlockConnInit prepares the connection parameters: -d (a conninfo
@@ -128,8 +134,113 @@ DlockConnInit(const DlockOptions *opt)
 	conn_keywords[n] = NULL;
 	conn_values[n] = NULL;
 
-	if (opt->schema)
-		schema_prefix = quote_ident(opt->schema);
+	schema_option = opt->schema;
+	pin_timeout_ms = opt->timeout_ms;
+}
+
+/*
+ * pin_query returns the first statement of a new session: pin_find_sql
+ * while the extension's schema is not known, else pin_sql.
+ */
+static const char *
+pin_query(void)
+{
+	return schema_prefix == NULL && schema_option == NULL ? pin_find_sql : pin_sql;
+}
+
+/*
+ * pin_result takes the answer res (NULL: none) of pin_query() on conn:
+ * the extension's schema, when it was read, becomes schema_prefix, quoted
+ * by libpq, as does --schema on the first session.  Returns false with
+ * the reason in err when the search_path could not be pinned.
+ */
+static bool
+pin_result(PGconn *conn, const PGresult *res, char *err, size_t len)
+{
+	const char *schema = schema_option;
+	char	   *quoted;
+
+	if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK ||
+		PQntuples(res) != 1)
+	{
+		snprintf(err, len, "could not set the search_path: %s",
+				 res ? DlockResultError(res) : PQerrorMessage(conn));
+		DlockTrim(err);
+		return false;
+	}
+	if (schema_prefix != NULL)
+		return true;
+	if (schema == NULL && PQnfields(res) == 2 && !PQgetisnull(res, 0, 0))
+		schema = PQgetvalue(res, 0, 0);
+	if (schema == NULL)
+		return true;			/* not found: the calls say "does not exist" */
+	quoted = PQescapeIdentifier(conn, schema, strlen(schema));
+	if (quoted == NULL)
+	{
+		snprintf(err, len, "could not quote the schema \"%s\": %s",
+				 schema, PQerrorMessage(conn));
+		DlockTrim(err);
+		return false;
+	}
+	schema_prefix = DlockAlloc(strlen(quoted) + 2);
+	snprintf(schema_prefix, strlen(quoted) + 2, "%s.", quoted);
+	PQfreemem(quoted);
+	return true;
+}
+
+/*
+ * pin_blocking sends pin_query() on conn, a new connection in blocking
+ * mode, and waits for its answer, for at most --timeout.  Returns false
+ * with the reason in err when it could not pin the search_path.
+ */
+static bool
+pin_blocking(PGconn *conn, char *err, size_t len)
+{
+	int64_t		end = DlockNow() + pin_timeout_ms;
+	PGresult   *last = NULL;
+	PGresult   *res;
+	bool		ok;
+
+	if (!PQsendQuery(conn, pin_query()))
+		return pin_result(conn, NULL, err, len);
+	for (;;)
+	{
+		struct pollfd pfd;
+		int64_t		left;
+
+		while (!PQisBusy(conn))
+		{
+			res = PQgetResult(conn);
+			if (res == NULL)
+			{
+				ok = pin_result(conn, last, err, len);
+				PQclear(last);
+				return ok;
+			}
+			PQclear(last);
+			last = res;
+		}
+		left = end - DlockNow();
+		if (left <= 0)
+		{
+			char		bound[32];
+
+			DlockFormatDuration(pin_timeout_ms, bound, sizeof(bound));
+			snprintf(err, len, "could not set the search_path: no answer from the database within %s (--timeout)",
+					 bound);
+			PQclear(last);
+			return false;
+		}
+		pfd.fd = PQsocket(conn);
+		pfd.events = POLLIN;
+		pfd.revents = 0;
+		if ((poll(&pfd, 1, left > 60000 ? 60000 : (int) left) < 0 &&
+			 errno != EINTR) || !PQconsumeInput(conn))
+		{
+			PQclear(last);
+			return pin_result(conn, NULL, err, len);
+		}
+	}
 }
 
 /*
@@ -151,8 +262,9 @@ notice_processor(void *arg, const char *message)
 /*
  * DlockConnectQuiet opens a connection and waits for it (bounded by
  * connect_timeout; libpq tries every host of a multi-host conninfo in
- * turn, and target_session_attrs is libpq's business).  Returns the
- * connection, or NULL with libpq's message, trimmed, in err.
+ * turn, and target_session_attrs is libpq's business), then pins its
+ * search_path (bounded by --timeout).  Returns the connection, or NULL
+ * with the reason (libpq's message), trimmed, in err.
  */
 PGconn *
 DlockConnectQuiet(char *err, size_t len)
@@ -167,35 +279,27 @@ DlockConnectQuiet(char *err, size_t len)
 		return NULL;
 	}
 	PQsetNoticeProcessor(conn, notice_processor, NULL);
+	if (!pin_blocking(conn, err, len))
+	{
+		PQfinish(conn);
+		return NULL;
+	}
 	return conn;
 }
 
 /*
- * DlockConnectBlocking opens a connection and waits for it (bounded by
- * connect_timeout).  Returns the connection, or NULL after printing
- * libpq's message ("dlock: <message>") when it could not connect.
- */
-PGconn *
-DlockConnectBlocking(void)
-{
-	char		msg[1024];
-	PGconn	   *conn = DlockConnectQuiet(msg, sizeof(msg));
-
-	if (conn == NULL)
-		DlockError("%s", msg);
-	return conn;
-}
-
-/*
- * DlockSql returns sql with "@extschema@." replaced by the quoted --schema
- * and a dot, or by nothing (malloc'd).
+ * DlockSql returns sql with "@extschema@." replaced by the extension's
+ * schema, quoted, and a dot, or by nothing while the schema is not known
+ * (malloc'd).  Called once a session has pinned its search_path: the
+ * first one found the schema.
  */
 char *
 DlockSql(const char *sql)
 {
 	const char *marker = "@extschema@.";
+	const char *prefix = schema_prefix ? schema_prefix : "";
 	size_t		mlen = strlen(marker);
-	size_t		plen = strlen(schema_prefix);
+	size_t		plen = strlen(prefix);
 	size_t		len = strlen(sql) + 1;
 	const char *p;
 	char	   *out;
@@ -214,7 +318,7 @@ DlockSql(const char *sql)
 	{
 		if (strncmp(sql, marker, mlen) == 0)
 		{
-			memcpy(w, schema_prefix, plen);
+			memcpy(w, prefix, plen);
 			w += plen;
 			sql += mlen;
 		}
@@ -274,8 +378,10 @@ DlockLinkAdopt(DlockLink *link, PGconn *conn)
 }
 
 /*
- * DlockLinkStartConnect starts a new connection without waiting.  On an
- * immediate failure the link stays down with the reason in errmsg.
+ * DlockLinkStartConnect starts a new connection without waiting (it is
+ * ready once DlockLinkProgress reports DLOCK_LINK_CONNECTED: connected,
+ * its search_path pinned).  On an immediate failure the link stays down
+ * with the reason in errmsg.
  */
 void
 DlockLinkStartConnect(DlockLink *link)
@@ -339,6 +445,8 @@ DlockLinkPollEvents(const DlockLink *link)
 	switch (link->state)
 	{
 		case DLOCK_LINK_CONNECTING:
+			if (link->pinning)
+				return POLLIN | (link->flushing ? POLLOUT : 0);
 			return link->connect_poll == PGRES_POLLING_READING ? POLLIN : POLLOUT;
 		case DLOCK_LINK_BUSY:
 			return POLLIN | (link->flushing ? POLLOUT : 0);
@@ -348,8 +456,93 @@ DlockLinkPollEvents(const DlockLink *link)
 }
 
 /*
+ * link_collect does what is ready for the statement in flight on the link
+ * (revents: poll()'s result for its socket) without waiting: sends what
+ * is left of it, reads what has come.  Returns DLOCK_LINK_RESULT with its
+ * (last) result in *result once it is complete, DLOCK_LINK_FAILED when the
+ * connection is lost (the link is then down), else DLOCK_LINK_NOTHING.
+ */
+static DlockLinkEvent
+link_collect(DlockLink *link, short revents, PGresult **result)
+{
+	PGresult   *res;
+
+	if (link->flushing && (revents & (POLLOUT | POLLERR | POLLHUP)))
+	{
+		int			rc = PQflush(link->conn);
+
+		if (rc < 0)
+		{
+			DlockLinkDrop(link, PQerrorMessage(link->conn));
+			return DLOCK_LINK_FAILED;
+		}
+		link->flushing = (rc == 1);
+	}
+	if (revents & (POLLIN | POLLERR | POLLHUP))
+	{
+		if (!PQconsumeInput(link->conn))
+		{
+			DlockLinkDrop(link, PQerrorMessage(link->conn));
+			return DLOCK_LINK_FAILED;
+		}
+	}
+	while (!PQisBusy(link->conn))
+	{
+		res = PQgetResult(link->conn);
+		if (res != NULL)
+		{
+			PQclear(link->pending);
+			link->pending = res;
+			continue;
+		}
+		/* the statement is complete */
+		res = link->pending;
+		link->pending = NULL;
+		if (PQstatus(link->conn) == CONNECTION_BAD || res == NULL)
+		{
+			/* e.g. "server closed the connection unexpectedly" */
+			DlockLinkDrop(link, res ? PQresultErrorMessage(res)
+						  : PQerrorMessage(link->conn));
+			PQclear(res);
+			return DLOCK_LINK_FAILED;
+		}
+		*result = res;
+		return DLOCK_LINK_RESULT;
+	}
+	if (PQstatus(link->conn) == CONNECTION_BAD)
+	{
+		DlockLinkDrop(link, PQerrorMessage(link->conn));
+		return DLOCK_LINK_FAILED;
+	}
+	return DLOCK_LINK_NOTHING;
+}
+
+/*
+ * link_pin sends pin_query() on the link's new connection, now in
+ * non-blocking mode; the link stays connecting until its answer
+ * (DlockLinkProgress).  Returns false when it could not (the link is then
+ * down, the reason in errmsg).
+ */
+static bool
+link_pin(DlockLink *link)
+{
+	int			rc;
+
+	if (!PQsendQuery(link->conn, pin_query()) ||
+		(rc = PQflush(link->conn)) < 0)
+	{
+		DlockLinkDrop(link, PQerrorMessage(link->conn));
+		return false;
+	}
+	link->flushing = (rc == 1);
+	link->pinning = true;
+	return true;
+}
+
+/*
  * DlockLinkProgress does what is ready on the link without waiting, using
- * link->revents (which it clears), and reports what happened.  On
+ * link->revents (which it clears), and reports what happened.  A new
+ * connection is CONNECTED once its search_path is pinned (pin_sql).  On
  * DLOCK_LINK_RESULT, *result is the query's (last) result, which the
  * caller must PQclear; an SQL error is such a result (the link stays
  * idle).  A lost connection is DLOCK_LINK_FAILED (the link is down).
@@ -358,13 +551,33 @@ DlockLinkEvent
 DlockLinkProgress(DlockLink *link, PGresult **result)
 {
 	short		revents = link->revents;
-	PGresult   *res;
+	DlockLinkEvent ev;
 
 	link->revents = 0;
 	*result = NULL;
 	switch (link->state)
 	{
 		case DLOCK_LINK_CONNECTING:
+			if (link->pinning)
+			{
+				PGresult   *res = NULL;
+				char		err[sizeof(link->errmsg)];
+
+				ev = link_collect(link, revents, &res);
+				if (ev != DLOCK_LINK_RESULT)
+					return ev;
+				link->pinning = false;
+				if (!pin_result(link->conn, res, err, sizeof(err)))
+				{
+					PQclear(res);
+					DlockLinkDrop(link, err);
+					return DLOCK_LINK_FAILED;
+				}
+				PQclear(res);
+				link->state = DLOCK_LINK_IDLE;
+				return DLOCK_LINK_CONNECTED;
+			}
+			else
 			{
 				PostgresPollingStatusType st;
 
@@ -378,8 +591,9 @@ DlockLinkProgress(DlockLink *link, PGresult **result)
 						DlockLinkDrop(link, PQerrorMessage(link->conn));
 						return DLOCK_LINK_FAILED;
 					}
-					link->state = DLOCK_LINK_IDLE;
-					return DLOCK_LINK_CONNECTED;
+					if (!link_pin(link))
+						return DLOCK_LINK_FAILED;
+					return DLOCK_LINK_NOTHING;
 				}
 				if (st == PGRES_POLLING_FAILED)
 				{
@@ -391,55 +605,10 @@ DlockLinkProgress(DlockLink *link, PGresult **result)
 			}
 
 		case DLOCK_LINK_BUSY:
-			if (link->flushing && (revents & (POLLOUT | POLLERR | POLLHUP)))
-			{
-				int			rc = PQflush(link->conn);
-
-				if (rc < 0)
-				{
-					DlockLinkDrop(link, PQerrorMessage(link->conn));
-					return DLOCK_LINK_FAILED;
-				}
-				link->flushing = (rc == 1);
-			}
-			if (revents & (POLLIN | POLLERR | POLLHUP))
-			{
-				if (!PQconsumeInput(link->conn))
-				{
-					DlockLinkDrop(link, PQerrorMessage(link->conn));
-					return DLOCK_LINK_FAILED;
-				}
-			}
-			while (!PQisBusy(link->conn))
-			{
-				res = PQgetResult(link->conn);
-				if (res != NULL)
-				{
-					PQclear(link->pending);
-					link->pending = res;
-					continue;
-				}
-				/* the query is complete */
-				res = link->pending;
-				link->pending = NULL;
-				if (PQstatus(link->conn) == CONNECTION_BAD || res == NULL)
-				{
-					/* e.g. "server closed the connection unexpectedly" */
-					DlockLinkDrop(link, res ? PQresultErrorMessage(res)
-								  : PQerrorMessage(link->conn));
-					PQclear(res);
-					return DLOCK_LINK_FAILED;
-				}
+			ev = link_collect(link, revents, result);
+			if (ev == DLOCK_LINK_RESULT)
 				link->state = DLOCK_LINK_IDLE;
-				*result = res;
-				return DLOCK_LINK_RESULT;
-			}
-			if (PQstatus(link->conn) == CONNECTION_BAD)
-			{
-				DlockLinkDrop(link, PQerrorMessage(link->conn));
-				return DLOCK_LINK_FAILED;
-			}
-			return DLOCK_LINK_NOTHING;
+			return ev;
 
 		default:
 			return DLOCK_LINK_NOTHING;
@@ -464,6 +633,7 @@ DlockLinkDrop(DlockLink *link, const char *why)
 	link->conn = NULL;
 	link->state = DLOCK_LINK_DOWN;
 	link->flushing = false;
+	link->pinning = false;
 	link->revents = 0;
 }
 

@@ -103,7 +103,8 @@ typedef struct DlockLeases
 typedef enum DlockLinkState
 {
 	DLOCK_LINK_DOWN,			/* no connection */
-	DLOCK_LINK_CONNECTING,		/* PQconnectPoll in progress */
+	DLOCK_LINK_CONNECTING,		/* PQconnectPoll, then pinning the
+								 * search_path, in progress */
 	DLOCK_LINK_IDLE,			/* connected, no query in flight */
 	DLOCK_LINK_BUSY				/* a query is in flight */
 } DlockLinkState;
@@ -122,7 +123,10 @@ typedef struct DlockLink
 	PGconn	   *conn;
 	DlockLinkState state;
 	PostgresPollingStatusType connect_poll; /* CONNECTING: what to wait for */
-	bool		flushing;		/* BUSY: the query is not fully sent yet */
+	bool		pinning;		/* CONNECTING: connected, pin_sql in flight
+								 * (cli/conn.c) */
+	bool		flushing;		/* BUSY, pinning: the statement is not fully
+								 * sent yet */
 	PGresult   *pending;		/* BUSY: result collected so far */
 	short		revents;		/* poll() result for the socket */
 	bool		timed_out;		/* DlockLinkExec got no answer in time */
@@ -228,7 +232,6 @@ extern void DlockNotifyCleanup(void);
 /* conn.c */
 extern void DlockConnInit(const DlockOptions *opt);
 extern PGconn *DlockConnectQuiet(char *err, size_t len);
-extern PGconn *DlockConnectBlocking(void);
 extern void DlockLinkInit(DlockLink *link);
 extern bool DlockLinkAdopt(DlockLink *link, PGconn *conn);
 extern void DlockLinkStartConnect(DlockLink *link);
@@ -261,18 +264,25 @@ extern char *DlockTextArray(char *const *elems, const bool *only, int n);
 extern int	DlockParseArray(const char *text, char ***elems);
 extern bool DlockLeasesSetEnv(const DlockLeases *l);
 
-/* dlock.c */
+/* oneshot.c */
 extern const char *dlock_needs_1_2;
 extern void DlockConnectOrExit(DlockLink *link, bool keep_trying);
 extern int	DlockCallFailed(DlockLink *link, const PGresult *res,
 							const char *what, const char *unknown);
 extern bool DlockInterrupted(const DlockLink *link, const PGresult *res,
 							 int signo, const char *why);
+extern int	DlockCmdAcquire(const DlockOptions *opt);
+extern int	DlockCmdRenew(const DlockOptions *opt);
+extern int	DlockCmdRelease(const DlockOptions *opt);
+
+/* acquire.c */
 extern int	DlockAcquireLease(DlockLink *link, const DlockOptions *opt,
 							  const char *owner, DlockLeases *l,
 							  int64_t *sent_at, int64_t *answered_at);
 extern void DlockDescribeHolder(DlockLink *link, const DlockOptions *opt,
 								const DlockLeases *l, char *buf, size_t len);
+extern void DlockReleaseQuietly(DlockLink *link, const DlockOptions *opt,
+								const DlockLeases *l);
 
 /* run.c */
 extern int	DlockRun(const DlockOptions *opt);

@@ -11,81 +11,37 @@
  *	                                   <--report pipe--   |
  *	                                                     CMD -- its processes
  *
- * The keeper is a child subreaper (PR_SET_CHILD_SUBREAPER): a process of
- * the job whose parent exits, a daemon that double-forks and calls
- * setsid() among them, is reparented to the keeper, not to init, so every
- * process CMD ever started stays a descendant of the keeper until it
- * exits.  "The tree" is that set: the keeper's descendants, found by
- * reading every /proc/PID/stat (ppid links; each process identified by
- * pid and start time, and signalled through a pidfd opened and checked
- * against that start time, so a pid reused meanwhile is never hit).  It
- * is empty exactly when the keeper has no children left.  Everything
- * stays in dlock's process group, so a terminal's Ctrl-C and Ctrl-Z reach
- * the job as they would without dlock, and CMD can read the terminal.
- * (Not a group of the keeper's own: CMD, a child of the keeper in another
- * group, would tie dlock's group to it, and CMD's exit could orphan that
- * group while a member is stopped, which makes the kernel send the whole
- * group SIGHUP: the script that ran dlock among them.)  Where /proc shows
- * another pid namespace than the keeper's, or off Linux, the tree is CMD
- * alone.
+ * The keeper is a child subreaper: every process CMD ever started stays
+ * its descendant until it exits.  "The tree" is that set, found through
+ * /proc (each process identified by pid and start time, and signalled
+ * through a pidfd checked against that start time); it is empty exactly
+ * when the keeper has no children left.  Off Linux, or where /proc shows
+ * another pid namespace, the tree is CMD alone.
  *
- * The keeper decides nothing about the lease; it enforces time.  It knows
- * the lease's local deadline D (dlock sends each new one after a renew),
- * the grace G = min(--kill-after, ttl/3) (never less than the margin M
- * below) and --kill-after K, and keeps
- * these rules on its own clock reading (CLOCK_MONOTONIC, the same clock
- * as dlock's), so they hold even when dlock is stopped, starved, stuck in
- * a host name lookup, or dead:
+ * The keeper decides nothing about the lease; it enforces time, on its own
+ * clock reading (CLOCK_MONOTONIC, as dlock's), so that its rules hold
+ * even when dlock is stopped, starved or dead.  With the lease's local
+ * deadline D (dlock sends each new one), the grace G, the margin M
+ * (DlockKeeperSetup) and --kill-after K:
  *
  *   - at D - G, if no renew moved D, the tree gets SIGTERM ("deadline");
- *   - at D - M, and at the kill time of any stop if that is earlier, the
- *     tree gets SIGKILL, again every KILL_REPEAT_MS until it is empty.
- *     The margin M = min(100 ms, ttl/20) (DlockKeeperSetup.margin_ms)
- *     absorbs the keeper's own wake-up latency on a loaded machine: the
- *     job is gone by D, which comes no later than the lease's expiry on
- *     the server;
- *   - when dlock asks (KEEPER_STOP: the lease was lost, dlock was told to
- *     stop, the watchdog fired), the tree gets SIGTERM, and SIGKILL at the
- *     time dlock names (at D at the latest);
- *   - when CMD exits and processes of the tree are left, they get SIGTERM,
- *     and SIGKILL K later (at D at the latest): the lease is released
- *     only once the whole tree is gone;
- *   - when dlock dies (the ctl pipe reads end-of-file: only dlock holds
- *     its write end), the tree gets SIGTERM and SIGKILL
- *     min(K, ORPHAN_KILL_MS) later: nobody renews the lease any more.
+ *   - at D - M, and at the kill time of any stop if earlier, SIGKILL,
+ *     again every KILL_REPEAT_MS until the tree is empty;
+ *   - KEEPER_STOP from dlock: SIGTERM, SIGKILL at the time dlock names;
+ *   - CMD exited and processes are left: SIGTERM, SIGKILL K later;
+ *   - dlock died (the ctl pipe reads end-of-file): SIGTERM, SIGKILL
+ *     min(K, ORPHAN_KILL_MS) later.
  *
- * The keeper exits once CMD has exited and the tree is empty, with CMD's
- * status shell-style (128+S when signal S killed it): dlock reaps the
- * keeper as "CMD has ended", and every process of the job had ended by
- * then.  It reports to dlock (report pipe) CMD's pid once started (and
- * whether it could become a subreaper), CMD's own exit, and each SIGTERM
- * and SIGKILL it sent of its own accord, for dlock's phases and
- * messages.  Messages are fixed-size records below PIPE_BUF, so each
- * is written whole or not at all.
- *
- * The keeper ignores (catches, in fact, so that CMD inherits the
- * dispositions dlock started with) SIGHUP, SIGINT, SIGQUIT, SIGTERM,
- * SIGUSR1 and SIGUSR2: a signal to the whole process group reaches the
- * tree directly, and the keeper must outlive the job to clean up after it;
- * and SIGTSTP, SIGTTIN and SIGTTOU: a Ctrl-Z stops dlock and the job, but
- * not the keeper, which goes on keeping the deadline (for the processes
- * outside the group too, a setsid daemon).  SIGSTOP it cannot ignore: a
- * kill -STOP -- -PGID of the whole group stops the keeper too.
- * Its SIGTERMs are followed by SIGCONT, as systemd does, so that a
- * stopped process can act on them.  Signals dlock passes on to CMD go
- * through the keeper (KEEPER_SIGNAL), which alone may signal CMD's pid:
- * it reaps CMD, so the pid cannot be reused while it signals it.
- *
- * If the keeper itself is killed, dlock, a child subreaper too, adopts
- * the tree and ends it at once (DlockTreeEnd).
- *
- * Off Linux there is no subreaper and no /proc: the tree is CMD alone.
- * Processes the keeper may not signal (a setuid program's) or that do
- * not die of SIGKILL (uninterruptible sleep) keep it, and so dlock,
- * waiting; it tries again every KILL_REPEAT_MS.
+ * It exits once CMD has exited and the tree is empty, with CMD's status
+ * shell-style; dlock reaps it as "CMD has ended".  It reports CMD's pid,
+ * CMD's own exit, and each SIGTERM and SIGKILL it sent of its own accord
+ * (KEEPER_* in cli/dlock_cli.h).  Why these rules, the process group, and
+ * the signals it catches and passes on: design.md §9, "The keeper".
  *
  * Concurrency: two single-threaded processes sharing nothing but the
- * pipes; each side only reads what the other wrote whole.
+ * pipes; messages are fixed-size records below PIPE_BUF, each written
+ * whole or not at all, and each side only reads what the other wrote
+ * whole.
  *
  * Copyright (c) 2026, the dlock authors
  *

@@ -9,58 +9,89 @@
  * held its child, the keeper (cli/keeper.c), which starts CMD with
  * DLOCK_NAME and DLOCK_TOKEN in its environment (and the other variables
  * of cli/leases.c, DlockLeasesSetEnv; with --watchdog those of
- * cli/notify.c), owns every process CMD starts (a child subreaper), ends
- * them all when told to or when the lease's deadline nears, and exits,
- * with CMD's status, once CMD and all of them have ended.  "CMD" below
- * means that whole tree, and "CMD exited" that the keeper did.  All of
- * them stay in dlock's process group (so a terminal's Ctrl-C and Ctrl-Z
- * reach the job, and CMD can read the terminal); a Ctrl-Z does not stop
- * the keeper (cli/keeper.c).  dlock runs one poll() loop over the
- * self-pipe of its signal handlers (cli/signals.c), the
- * socket of its database connection (cli/conn.c, never blocking), the
- * keeper's report pipe and the watchdog's socket, with a timeout taken
- * from the next timer.  Every wake-up does, in this order:
+ * cli/notify.c), owns every process CMD starts, ends them all when told
+ * to or when the lease's deadline nears, and exits, with CMD's status,
+ * once CMD and all of them have ended.  "CMD" below means that whole
+ * tree, and "CMD exited" that the keeper did.  All of them stay in
+ * dlock's process group (a terminal's Ctrl-C and Ctrl-Z reach the job).
+ * The acquire is one DlockAcquireLease() call (cli/acquire.c), bounded
+ * by --timeout; then dlock runs one poll() loop over the self-pipe of its
+ * signal handlers (cli/signals.c), the socket of its connection
+ * (cli/conn.c, never blocking), the keeper's report pipe and the
+ * watchdog's socket, with a timeout taken from the next timer.  Every
+ * wake-up does, in this order:
  *
  *   1. reap the keeper (waitpid WNOHANG, on every wake-up, so a lost
  *      SIGCHLD record cannot matter), after reading its last reports;
  *   2. read the monotonic clock and check the lease's local deadline
- *      before trusting anything else (a process that was stopped with
- *      SIGSTOP, or starved, learns here that its lease may be gone, before
- *      it reads any answer or sends any query).  CMD, if reaped in step 1,
- *      exited before this clock reading: if the deadline has not passed,
- *      it ran under the lease to its end and dlock goes on to release the
- *      lease; if it has, dlock cannot tell and counts the lease as lost.
- *      Then the keeper's reports (handle_keeper);
- *   3. handle signals: SIGTERM stops CMD's whole tree (through the
- *      keeper: SIGTERM, SIGKILL --kill-after later), the lease held and
- *      renewed meanwhile; SIGHUP, SIGINT, SIGQUIT, SIGUSR1 and SIGUSR2 are
- *      passed on to CMD (the keeper signals it); except those the kernel
- *      sent (si_code SI_KERNEL: the terminal), which reached the job
- *      already through the process group.  The watchdog's pings are read;
- *   4. advance the connection: the answer of a renew or release, a
- *      finished reconnect, a failure (a renew's answer is taken only if
- *      the clock, read again, is still before the deadline);
+ *      before trusting anything else (a process that was stopped or
+ *      starved learns here that its lease may be gone, before it reads an
+ *      answer or sends a query).  CMD, if reaped in step 1, exited before
+ *      this clock reading: if the deadline has not passed, it ran under
+ *      the lease to its end; if it has, the lease counts as lost.  Then
+ *      the keeper's reports (handle_keeper);
+ *   3. handle signals: SIGTERM stops CMD's tree (through the keeper), the
+ *      lease held and renewed meanwhile; SIGHUP, SIGINT, SIGQUIT, SIGUSR1
+ *      and SIGUSR2 are passed on to CMD, except those the kernel sent
+ *      (si_code SI_KERNEL: the terminal), which reached the job already.
+ *      The watchdog's pings are read;
+ *   4. advance the connection: a renew's or release's answer, a finished
+ *      reconnect, a failure (a renew's answer counts only if the clock,
+ *      read again, is still before the deadline);
  *   5. decide: start CMD, stop it (the watchdog), send the next renew or
  *      the release, reconnect, finish.
  *
- * Phases.  What a run does next is decided by its phase (Run.phase), which
- * only set_phase() changes, checking the transition against the table
- * below; the exit status is decided in one place, exit_status(), from the
- * final phase.
+ * What a run does next is decided by its phase (the table at Phase); the
+ * exit status in one place, exit_status().  The timing rules, and why
+ * they keep the lease safe (the deadline, the retries, when CMD starts,
+ * what confirms the lease, sets, the watchdog), are in design.md §9.
+ *
+ * Concurrency: one thread; the keeper shares nothing with dlock but its
+ * two pipes.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
+
+#include "dlock_cli.h"
+
+#define BACKOFF_MIN_MS		50
+#define BACKOFF_MAX_MS		1000
+#define ATTEMPT_MIN_MS		200
+#define MAX_STALE_RENEWS	2	/* renews before CMD that leave < 2T/3 */
+#define KILL_MARGIN_MS		100 /* the tree's SIGKILL before the deadline */
+
+/*
+ * The phases of a run.  What a run does next is decided by its phase
+ * (Run.phase), which only set_phase() changes, checking the transition
+ * against this table (legal_next); the exit status is decided in one
+ * place, exit_status(), from the final phase.
  *
  *   ACQUIRING   before the loop: the acquire is one DlockAcquireLease()
- *               call (cli/dlock.c, waiting with DlockLinkExec() of
- *               cli/conn.c), bounded by --timeout: if it gets no answer in
- *               time, it is cancelled on the server and dlock exits 69.
- *               With --wait it keeps trying when the database cannot be
- *               used (no connection, a connection lost during the call, a
- *               read-only server): it reconnects and calls again with the
- *               wait that is left, until --wait or --timeout runs out
- *               (then 75, or 69 when no server ever took the call).
- *               --timeout does not apply to the renews and the release,
- *               which the lease's deadline bounds (see below).
+ *               call (cli/acquire.c), bounded by --timeout: if it gets no
+ *               answer in time, it is cancelled on the server and dlock
+ *               exits 69.  With --wait it keeps trying when the database
+ *               cannot be used (design.md §9, "A waiting acquire"; 75, or
+ *               69 when no server ever took the call).  --timeout does not
+ *               apply to the renews and the release, which the lease's
+ *               deadline bounds (design.md §9).
  *               -> CONFIRMING  granted, but after a wait so long that the
- *                              deadline is no proven bound (see below)
+ *                              deadline is no proven bound (design.md §9)
  *               -> STARTING    granted, deadline proven
  *               -> DONE        not acquired (or no database, an error, a
  *                              signal): CMD is never started
@@ -96,14 +127,15 @@
  *                              deadline passed (the lease has expired) or a
  *                              stopping signal came (it expires on its
  *                              own): exit 79 if CMD ran (the lease was not
- *                              confirmed, see below), else why CMD never
- *                              started
+ *                              confirmed, design.md §9), else why CMD
+ *                              never started
  *               -> LOST        a release or renew returned false (exit 76,
  *                              or why CMD never started)
  *   STOPPING    CMD is being stopped, after a loss or with the lease
  *               still held (Run.stop): CMD got SIGTERM.  After a loss
  *               nothing more is sent to the database, except for a set
- *               (see "Sets" below) the renews of the members still held;
+ *               (design.md §9, "Sets") the renews of the members still
+ *               held;
  *               with the lease held, renews go on (but not after the
  *               watchdog fired) and the release follows.
  *               -> KILLING     the keeper reports SIGKILL sent
@@ -117,135 +149,7 @@
  *   LOST, DONE  final: dlock exits.
  *   FAILED      final, from any phase but ACQUIRING and EXITED: poll()
  *               failed; CMD gets SIGTERM, dlock exits 70.
- *
- * Timing rules (ttl T; all times on CLOCK_MONOTONIC, in ms):
- *
- *   - The lease's local deadline is the time the last successful acquire
- *     or renew was SENT, plus T.  The server granted or renewed it after
- *     that moment, so it expires (by the server's clock, which runs at the
- *     same rate) no earlier.  A renew is sent every T/3 after the last
- *     successful one.
- *   - A renew that fails (connection lost, SQL error, no answer) is
- *     retried until the deadline, on a fresh connection after a lost
- *     connection, no answer, or a read-only or departing server
- *     (DlockRetryableError: a multi-host conninfo may lead elsewhere).
- *     The pause after a failed attempt is the backoff (50 ms doubling to
- *     1 s), but at most a quarter of the time then left to the target
- *     (and at least 50 ms): retry_pause().  The target is the deadline,
- *     or while CMD runs unstopped the earlier moment at which the keeper
- *     would stop it, the deadline minus the grace (see below): target().
- *     So the attempts get denser as the target nears: an attempt that
- *     fails at once with L ms left is followed by the next with at least
- *     3L/4 left, and in the last 200 ms the pause is 50 ms.  A database
- *     that comes back shortly before the target is asked in time.  Each
- *     attempt is abandoned after half the time that was left to the
- *     target when it began (at least 200 ms), so a database that hangs
- *     without closing the connection is left for a new one in time.  The
- *     release is retried the same way.
- *   - The lease is lost when a renew returns false (broken, or expired and
- *     taken over), or when the deadline passes without a successful
- *     renew.  dlock then sends nothing more to the database (it drops the
- *     connection): a lost lease is never renewed or released, so a newer
- *     holder's lease is never touched.  CMD gets SIGTERM, and SIGKILL
- *     --kill-after later if it is still running; dlock exits 76.
- *   - The job is gone before the lease can expire: the keeper keeps the
- *     deadline too (dlock sends it each new one), and if no renew moved
- *     it by the deadline minus the grace G = min(--kill-after, T/3) (but
- *     never less than the margin below), it sends CMD's tree SIGTERM, and
- *     SIGKILL at the deadline less a margin of min(KILL_MARGIN_MS, T/20)
- *     for the keeper's wake-up latency; the same bound applies to every
- *     stop.  dlock learns it
- *     from the keeper's report (STOPPING, the lease still held: renews go
- *     on, the release follows once CMD has exited, exit 76).  The grace is
- *     at most T/3 so that the renew due at T/3 has T/3 to succeed (a hung
- *     attempt abandoned half way, and another on a new connection) before
- *     the job is told to stop; a longer --kill-after applies to stops with
- *     the lease in hand (a SIGTERM to dlock, the processes CMD left
- *     behind), still bounded by the deadline.  The keeper
- *     keeps these times on its own clock reading, so they hold even when
- *     dlock is stopped or stuck (a host name lookup while reconnecting):
- *     it replaces the interval timer earlier versions armed in dlock.
- *   - CMD is started only while at least 2T/3 of the lease is left.  After
- *     an acquire that waited (--wait) the deadline from the acquire's send
- *     time may already have passed although the lease was just granted
- *     (CONFIRMING: the deadline is then only a give-up time, the answer's
- *     arrival plus T): dlock renews first and starts CMD once a renew
- *     confirms it.  Losing the lease before CMD started exits 75.  So does
- *     a database that answers too slowly for the ttl: if MAX_STALE_RENEWS
- *     such renews in a row still leave less than 2T/3, dlock releases the
- *     lease.
- *   - When CMD exits, dlock releases the lease (retrying like a renew until
- *     the deadline) and exits with CMD's status (128+N if a signal N killed
- *     it) only if the release returned true: the lease is confirmed.  A
- *     release sent after CMD exited that returns true proves that the
- *     server serving now had the lease live with our token then, so no
- *     other holder took it on that server while CMD ran, and the fence
- *     there judged CMD's writes by our token.  Nothing else proves it: a
- *     renew answered true before CMD ended (or sent before and answered
- *     after) may have been lost with the server that answered it, in an
- *     asynchronous failover, and the local deadline only bounds what the
- *     server that granted the lease does.  So when the release gets no
- *     answer before the deadline, only errors (a read-only server: the old
- *     primary after a failover), or a stopping signal interrupts it, the
- *     lease's fate is unknown and dlock exits 79
- *     (DLOCK_EXIT_UNCONFIRMED), naming CMD's status on stderr, whatever
- *     that status.  A release or renew that returns false after CMD
- *     exited, or a deadline found passed when dlock wakes up, means the
- *     lease may have ended while CMD ran: dlock exits 76 then.
- *   - Sets (--all, several names): one deadline for the whole set, since
- *     every renew renews all its members in one statement on the one
- *     connection (dlock_renew_each; the deadline counts from its sending,
- *     as for one lease), and the release is one statement too
- *     (dlock_release_each).  A renew that returns false for every member
- *     loses the set as above.  One that returns false for some members
- *     (one was broken, or expired and was taken over) loses those: they
- *     are never renewed or released again, and the set counts as lost
- *     (lose_members): CMD gets SIGTERM (STOPPING) and dlock exits 76, but
- *     the members still held are renewed on, by the same rules, until CMD
- *     has exited, and then released (RELEASING), so that no other job
- *     takes them while CMD may still use them.  Before CMD started they
- *     are released at once (exit 75).  --slots holds one lease, the permit
- *     it got, and is a run of one lease in every respect.
- *   - If dlock itself dies (SIGKILL, OOM killer), the keeper reads
- *     end-of-file on its pipe and ends CMD's tree: SIGTERM, SIGKILL
- *     min(--kill-after, 0.5 s) later, since nobody renews the lease any
- *     more.  dlock ignores SIGPIPE (CMD gets its original disposition
- *     back), so that a closed stderr cannot kill it while it holds a lease.
- *   - --watchdog DUR (cli/notify.c): CMD gets NOTIFY_SOCKET,
- *     WATCHDOG_USEC and WATCHDOG_PID as from systemd; when no WATCHDOG=1
- *     has come for DUR since the last one (or since CMD started), dlock
- *     stops renewing, stops CMD's tree as for a lost lease (SIGKILL at
- *     the deadline at the latest), releases the lease once the tree is
- *     gone and exits 80 (DLOCK_EXIT_WATCHDOG), whatever else happens.
- *
- * Copyright (c) 2026, the dlock authors
- *
- *-------------------------------------------------------------------------
  */
-#include <errno.h>
-#include <inttypes.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
-
-#include "dlock_cli.h"
-
-#define BACKOFF_MIN_MS		50
-#define BACKOFF_MAX_MS		1000
-#define ATTEMPT_MIN_MS		200
-#define MAX_STALE_RENEWS	2	/* renews before CMD that leave < 2T/3 */
-#define KILL_MARGIN_MS		100 /* the tree's SIGKILL before the deadline */
-
-/* The phases of a run and their transitions: see the file header. */
 typedef enum Phase
 {
 	PH_ACQUIRING,
@@ -278,7 +182,7 @@ static const char *const phase_names[NPHASES] = {
 	[PH_FAILED] = "FAILED",
 };
 
-/* legal_next[p]: the phases p may change to (the header's table) */
+/* legal_next[p]: the phases p may change to (the table at Phase) */
 static const unsigned legal_next[NPHASES] = {
 	[PH_ACQUIRING] = PH(PH_CONFIRMING) | PH(PH_STARTING) | PH(PH_DONE),
 	[PH_CONFIRMING] = PH(PH_STARTING) | PH(PH_RELEASING) | PH(PH_LOST) |
@@ -315,7 +219,7 @@ static const unsigned legal_next[NPHASES] = {
 
 /*
  * Why CMD is stopped while the lease (or, for a set, some member) is still
- * held: see the header, "Phases" and "Timing rules".
+ * held: see the table at Phase, and design.md §9.
  */
 typedef enum Stop
 {
@@ -452,7 +356,7 @@ holds(const Run *r)
 /*
  * set_phase moves the run to phase to.  It is the only place that changes
  * the phase, and it refuses (aborting dlock, whose CMD then gets SIGTERM
- * on Linux) a transition that the header's table does not list: that
+ * on Linux) a transition that the table at Phase does not list: that
  * would be a bug.
  */
 static void
@@ -695,7 +599,7 @@ lose_members(Run *r, int64_t now, const bool *lost, const char *why)
 /*
  * target returns the time the retries of a renew aim at: the deadline, or
  * while CMD runs unstopped the time the keeper would stop it, the deadline
- * minus the grace (see the header).
+ * minus the grace (design.md §9).
  */
 static int64_t
 target(const Run *r)
@@ -722,7 +626,7 @@ attempt_budget(const Run *r, int64_t now)
  * target, and at least BACKOFF_MIN_MS.  So attempts get denser as the
  * target nears, and no stretch at its end longer than a quarter of what
  * is left (or BACKOFF_MIN_MS) goes without one: a database that comes back
- * shortly before the target is asked in time (see the header).
+ * shortly before the target is asked in time (design.md §9).
  */
 static int64_t
 retry_pause(const Run *r, int64_t now)
@@ -1458,8 +1362,8 @@ decide(Run *r, int64_t now)
 }
 
 /*
- * DlockRun is "dlock run": see the file header.  It returns dlock's exit
- * status.
+ * DlockRun is "dlock run": see the file header and design.md §9.  It
+ * returns dlock's exit status.
  */
 int
 DlockRun(const DlockOptions *opt)
@@ -1483,8 +1387,8 @@ DlockRun(const DlockOptions *opt)
 	r.keeper.ctl = r.keeper.report = -1;
 	/*
 	 * SIGTERM before the deadline, SIGKILL at it less the margin: see
-	 * "Timing rules" (the grace is never less than the margin, so that
-	 * SIGTERM never comes after SIGKILL)
+	 * design.md §9, the timing rules (the grace is never less than the
+	 * margin, so that SIGTERM never comes after SIGKILL)
 	 */
 	r.margin = opt->ttl_ms / 20 < KILL_MARGIN_MS ? opt->ttl_ms / 20 : KILL_MARGIN_MS;
 	r.grace = opt->kill_after_ms < opt->ttl_ms / 3 ? opt->kill_after_ms : opt->ttl_ms / 3;
@@ -1587,7 +1491,7 @@ DlockRun(const DlockOptions *opt)
 			 r.each ? "leases on" : "lease on", held);
 
 	/*
-	 * The lease is ours.  See "Timing rules" in the header: unless the
+	 * The lease is ours.  See design.md §9, the timing rules: unless the
 	 * answer came only after the deadline counted from the send time, that
 	 * deadline is proven; otherwise the answer's arrival plus T is a
 	 * give-up time for confirming the lease with a renew.

@@ -7,7 +7,7 @@
  *	  with aligned columns or, with --json, as JSON.
  *
  * Each is one query on one connection, made by the rules of the one-shot
- * commands (cli/dlock.c: --timeout, signals, exit statuses).  Durations
+ * commands (cli/oneshot.c: --timeout, signals, exit statuses).  Durations
  * (how long a lease has left, how long a waiter has waited and may still
  * wait) are computed by the server against its clock_timestamp(), so the
  * client's clock plays no part; JSON carries them as milliseconds, next to
