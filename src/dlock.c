@@ -194,10 +194,7 @@ _PG_init(void)
 
 	MarkGUCPrefixReserved("dlock");
 
-	DlockCheckedInit();
-	DlockEventsInit();
-	DlockAsyncReleaseInit();
+	DlockXactInit();
 	DlockShmemInstallHooks();
-	DlockFenceCacheInit();
 	DlockNotifierInit();
 }

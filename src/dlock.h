@@ -39,6 +39,7 @@
 
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
@@ -88,7 +89,7 @@ extern void DlockHolderDenied(Oid holder, text *lock_name, const char *action);
 
 /* async_commit.c: a transaction that only released leases */
 extern bool dlock_async_release;	/* dlock.async_release (dlock.c) */
-extern void DlockAsyncReleaseInit(void);
+extern void DlockAsyncReleaseXactEnd(XactEvent event);
 extern void DlockAsyncReleaseBegin(void);
 extern void DlockAsyncReleaseEnd(void);
 
@@ -167,7 +168,9 @@ typedef enum DlockLogChanges
 
 extern bool dlock_notify;		/* dlock.notify */
 extern int	dlock_log_lease_changes;	/* dlock.log_lease_changes */
-extern void DlockEventsInit(void);
+extern void DlockEventsXactEnd(XactEvent event);
+extern void DlockEventsSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+								  SubTransactionId parentSubid);
 extern void DlockEventGrant(text *lock_name, int64 token,
 							const DlockPrevLease *prev);
 extern void DlockEventRelease(text *lock_name, int64 token);
@@ -317,7 +320,9 @@ typedef struct DlockChecked
 	Oid		   *mark_owners;
 } DlockChecked;
 
-extern void DlockCheckedInit(void);
+extern void DlockCheckedXactEnd(XactEvent event);
+extern void DlockCheckedSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+								   SubTransactionId parentSubid);
 extern void DlockCheckedRecord(text *lock_name, const DlockChecked *check);
 extern bool DlockCheckedLookup(text *lock_name, DlockChecked *check);
 extern bool DlockCheckedHoldsMark(const DlockChecked *check, Oid table_owner);
@@ -453,5 +458,9 @@ extern bool DlockWaitAcquireAny(const uint64 *hashes, int n,
 								DlockWaitInfo *info);
 extern void DlockCountAcquire(bool granted, const DlockWaitInfo *info);
 extern void DlockWakeAtXactEnd(text *lock_name);
+extern void DlockWaitXactEnd(XactEvent event);
+
+/* xact.c: the one transaction callback of every module */
+extern void DlockXactInit(void);
 
 #endif							/* DLOCK_H */

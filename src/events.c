@@ -473,12 +473,12 @@ log_event(const LeaseEvent *ev, bool prepared)
 }
 
 /*
- * events_xact_callback queues the events for the notifier at PRE_COMMIT,
+ * DlockEventsXactEnd (xact.c calls it) queues the events for the notifier at PRE_COMMIT,
  * logs them once the transaction committed (or was prepared), wakes the
  * notifier once it committed or aborted, and forgets them when it ends.
  */
-static void
-events_xact_callback(XactEvent event, void *arg)
+void
+DlockEventsXactEnd(XactEvent event)
 {
 	ListCell   *lc;
 
@@ -509,12 +509,12 @@ events_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * events_subxact_callback drops the events of a subtransaction that rolls
+ * DlockEventsSubXactEnd (xact.c calls it) drops the events of a subtransaction that rolls
  * back and hands those of one that commits to its parent.
  */
-static void
-events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						SubTransactionId parentSubid, void *arg)
+void
+DlockEventsSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	ListCell   *lc;
@@ -547,15 +547,4 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				ev->nestlevel = level - 1;
 		}
 	}
-}
-
-/*
- * DlockEventsInit registers the transaction callbacks (from _PG_init, so
- * that they run whichever library's callbacks come first).
- */
-void
-DlockEventsInit(void)
-{
-	RegisterXactCallback(events_xact_callback, NULL);
-	RegisterSubXactCallback(events_subxact_callback, NULL);
 }

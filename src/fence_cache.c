@@ -38,7 +38,7 @@
  * can be seen by anyone, its own backend included.  That increments the
  * open count (an atomic read-modify-write: a full barrier) and remembers
  * the bucket in a backend-local list.  At the end of the top-level
- * transaction, commit or abort, fence_cache_xact_callback closes what it
+ * transaction, commit or abort, DlockFenceCacheXactEnd closes what it
  * opened: under the bucket's spinlock it clears the bucket's entries and
  * bumps its version, then it decrements the open count (for the global
  * one: bumps the epoch, then decrements the global open count).
@@ -553,14 +553,14 @@ fence_close(void)
 }
 
 /*
- * fence_cache_xact_callback closes, when the top-level transaction ends
+ * DlockFenceCacheXactEnd (xact.c calls it) closes, when the top-level transaction ends
  * (after ProcArrayEndTransaction), what it opened; leaves it open for good
  * when it was prepared; and before a session with dlock.fence_cache = off
  * or session_replication_role = replica (logical replication's apply)
  * commits or prepares a transaction that wrote, opens the global count.
  */
-static void
-fence_cache_xact_callback(XactEvent event, void *arg)
+void
+DlockFenceCacheXactEnd(XactEvent event)
 {
 	if (fence_shared == NULL)
 		return;
@@ -591,16 +591,4 @@ fence_cache_xact_callback(XactEvent event, void *arg)
 	Assert(event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE ||
 		   event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
 		   (npending == 0 && !pending_all));
-}
-
-/*
- * DlockFenceCacheInit registers the transaction callback, when dlock is
- * being preloaded (_PG_init; inherited by every backend).
- */
-void
-DlockFenceCacheInit(void)
-{
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-	RegisterXactCallback(fence_cache_xact_callback, NULL);
 }

@@ -19,6 +19,7 @@
 
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "storage/itemptr.h"
 #include "utils/relcache.h"
 
@@ -43,7 +44,9 @@ extern bool dlock_fence_cache;	/* dlock.fence_cache */
 /* shared memory (shmem.c calls them when dlock is preloaded) */
 extern Size DlockFenceCacheShmemSize(void);
 extern void DlockFenceCacheShmemInit(void);
-extern void DlockFenceCacheInit(void);
+
+/* the end of a transaction (xact.c) */
+extern void DlockFenceCacheXactEnd(XactEvent event);
 
 /* the fence's read and lock (lease_table.c) */
 extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,

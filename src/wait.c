@@ -218,7 +218,7 @@ static int *match_pos = NULL;
 static int	nmatch_pos = 0;
 static int	match_pos_cap = 0;
 static uint64 matched_below = 0;	/* slots the pass saw had lower tickets */
-static bool xact_callback_registered = false;
+static bool wake_active = false;	/* DlockWaitXactEnd has work: set at first use */
 
 /* Latches to set after a wake-up's scan, sized nslots at first use. */
 static int *wake_list = NULL;
@@ -1447,12 +1447,15 @@ wake_forget(void)
 }
 
 /*
- * wake_xact_callback runs the pre-commit pass, and wakes when the
- * transaction ends either way (see the file header).
+ * DlockWaitXactEnd runs the pre-commit pass, and wakes when the
+ * transaction ends either way (see the file header); xact.c calls it.
+ * Does nothing until this backend first changed a lease with preload.
  */
-static void
-wake_xact_callback(XactEvent event, void *arg)
+void
+DlockWaitXactEnd(XactEvent event)
 {
+	if (!wake_active)
+		return;
 	switch (event)
 	{
 		case XACT_EVENT_PRE_COMMIT:
@@ -1489,12 +1492,11 @@ DlockWakeAtXactEnd(text *lock_name)
 	Assert(IsTransactionState());
 	if (DlockShmem == NULL)
 		return;
-	if (!xact_callback_registered)
+	if (!wake_active)
 	{
 		wake_list = MemoryContextAlloc(TopMemoryContext,
 									   sizeof(int) * DlockShmem->nslots);
-		RegisterXactCallback(wake_xact_callback, NULL);
-		xact_callback_registered = true;
+		wake_active = true;
 	}
 	hash = DlockNameHash(lock_name);
 	if (npending > 0 && pending[npending - 1].hash == hash &&
