@@ -58,6 +58,9 @@
 
 #include "dlock.h"
 
+/* dlock.async_release: whether a release of its own skips the flush */
+static bool dlock_async_release = true;
+
 /* The state of the current transaction. */
 typedef enum AsyncState
 {
@@ -132,4 +135,22 @@ DlockAsyncReleaseEnd(void)
 {
 	if (async_state == ASYNC_ONLY_RELEASES)
 		last_end = XactLastRecEnd;
+}
+
+/*
+ * DlockAsyncReleaseInit defines dlock.async_release; _PG_init calls it.
+ */
+void
+DlockAsyncReleaseInit(void)
+{
+	DefineCustomBoolVariable("dlock.async_release",
+							 "Whether a release in a transaction of its own commits without waiting for its WAL flush.",
+							 "A lost release only keeps the lease until its ttl, and any later grant "
+							 "of the name flushes past it.  Off: such transactions commit as "
+							 "synchronous_commit says.",
+							 &dlock_async_release,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 }

@@ -85,16 +85,14 @@ extern TimestampTz DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno,
 										TimestampTz start);
 extern text *DlockGetOwner(FunctionCallInfo fcinfo, int argno);
 extern TimestampTz DlockLeaseExpiry(TimestampTz now, Interval *ttl);
+extern void DlockLeaseInit(void);
 extern void DlockHolderDenied(Oid holder, text *lock_name, const char *action);
 
 /* async_commit.c: a transaction that only released leases */
-extern bool dlock_async_release;	/* dlock.async_release (dlock.c) */
+extern void DlockAsyncReleaseInit(void);
 extern void DlockAsyncReleaseXactEnd(XactEvent event);
 extern void DlockAsyncReleaseBegin(void);
 extern void DlockAsyncReleaseEnd(void);
-
-/* dlock.c: settings */
-extern int	dlock_max_ttl;		/* dlock.max_ttl, in seconds */
 
 /*
  * stats.c: the counters of the dlock_stats view, in its column order
@@ -124,9 +122,7 @@ typedef enum DlockStat
 	DLOCK_NUM_STATS
 } DlockStat;
 
-extern bool dlock_track_stats;	/* dlock.track_stats */
-extern Size DlockStatsShmemSize(void);
-extern void DlockStatsShmemInit(void);
+extern void DlockStatsInit(void);
 extern void DlockStatsCount(DlockStat stat, uint64 n);
 
 /* How a lease was granted: the name's row before the grant. */
@@ -159,15 +155,7 @@ DlockStatsCountGrant(DlockGrantKind kind)
 }
 
 /* events.c: lease events, sent (by the notifier) and logged at commit */
-typedef enum DlockLogChanges
-{
-	DLOCK_LOG_CHANGES_OFF,
-	DLOCK_LOG_CHANGES_TAKEOVERS,
-	DLOCK_LOG_CHANGES_ALL
-} DlockLogChanges;
-
-extern bool dlock_notify;		/* dlock.notify */
-extern int	dlock_log_lease_changes;	/* dlock.log_lease_changes */
+extern void DlockEventsInit(void);
 extern void DlockEventsXactEnd(XactEvent event);
 extern void DlockEventsSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
 								  SubTransactionId parentSubid);
@@ -179,19 +167,14 @@ extern void DlockEventBreak(text *lock_name, int64 token, text *owner,
 extern void DlockEventPurge(text *lock_name, int64 token);
 extern bool DlockEventsWanted(bool takeover_or_break);
 extern bool DlockEventsWantOwner(void);
-extern char *DlockEventOverflowPayload(int64 count);
-extern const char *DlockEventNotifierExitPayload(void);
 
 /* notifier.c: the notifier, which sends the events (needs preload) */
-extern int	dlock_notify_queue_size;	/* dlock.notify_queue_size, kB */
-extern int	dlock_notifier_idle_timeout;	/* dlock.notifier_idle_timeout, ms */
-extern Size DlockNotifierShmemSize(void);
-extern void DlockNotifierShmemInit(void);
 extern void DlockNotifierInit(void);
 extern bool DlockNotifierAvailable(void);
 extern void DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
 							   int64 nchanges, const char *overflow_payload);
 extern void DlockNotifierWake(void);
+extern char *DlockNotifierOverflowPayload(int64 count);
 
 /*
  * DlockReportGrant counts the grant of token on lock_name and records its
@@ -334,7 +317,8 @@ extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
 extern void DlockTokenMakeDurable(Oid seqrelid);
 extern bool DlockTokenJumpPast(Oid seqrelid, int64 floor);
 extern void DlockTokenForget(void);
-extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
+extern void DlockTokenInit(void);
+extern void DlockTokenSetOrigin(Oid seqrelid, Oid originrelid);
 
 /* shmem.c: shared memory for waiting (NULL unless preloaded) */
 #define DLOCK_WAIT_BUCKETS	1024
@@ -394,25 +378,20 @@ typedef struct DlockWaiter
 											 * terminated) */
 } DlockWaiter;
 
-/* Databases whose token boot jump a server start can record (token.c). */
-#define DLOCK_BOOT_DBS		64
-
-typedef struct DlockShared
+typedef struct DlockWaitShared
 {
 	LWLock	   *lock;
 	uint64		next_ticket;
-	int			nboot_dbs;		/* token.c: boot jumps done this start */
-	Oid			boot_dbs[DLOCK_BOOT_DBS];
 	int			any_tranche;	/* the LWLock tranche of DlockAnyArea */
 	int			nslots;
 	pg_atomic_uint32 db_waiters[DLOCK_WAIT_DBS];	/* slots in use per
 													 * database class */
 	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */
-} DlockShared;
+} DlockWaitShared;
 
-extern DlockShared *DlockShmem;
-extern void DlockShmemInstallHooks(void);
+extern DlockWaitShared *DlockWaitShmem;
+extern void DlockWaitInit(void);
 extern dsa_area *DlockAnyArea(void);
 
 /* wait.c: waiting for a lease */

@@ -157,8 +157,11 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/guc.h"
 #include "utils/rel.h"
 
 #include "compat.h"
@@ -230,6 +233,15 @@ typedef struct FenceCacheShared
 } FenceCacheShared;
 
 /* NULL unless preloaded with a size > 0 */
+/* dlock.fence_cache_size: names the cache holds (only with preload) */
+static int	dlock_fence_cache_size = 65536;
+
+/* dlock.fence_cache: whether this session's fence uses the cache */
+static bool dlock_fence_cache = true;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 static FenceCacheShared *fence_shared = NULL;
 static FenceBucket *fence_buckets = NULL;
 
@@ -249,11 +261,11 @@ fence_nbuckets(void)
 }
 
 /*
- * DlockFenceCacheShmemSize returns the bytes of shared memory the cache
- * needs (0 when it is off).
+ * fence_shmem_size returns the bytes of shared memory the cache needs (0
+ * when it is off).
  */
-Size
-DlockFenceCacheShmemSize(void)
+static Size
+fence_shmem_size(void)
 {
 	if (fence_nbuckets() == 0)
 		return 0;
@@ -262,11 +274,23 @@ DlockFenceCacheShmemSize(void)
 }
 
 /*
- * DlockFenceCacheShmemInit attaches to (or, first, initialises) the
- * cache's shared memory.  Caller holds AddinShmemInitLock.
+ * fence_shmem_request asks for the cache's shared memory, after chaining
+ * to the previous hook.
  */
-void
-DlockFenceCacheShmemInit(void)
+static void
+fence_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(fence_shmem_size());
+}
+
+/*
+ * fence_shmem_init attaches to (or, first, initialises) the cache's shared
+ * memory.  Caller holds AddinShmemInitLock.
+ */
+static void
+fence_shmem_init(void)
 {
 	bool		found;
 	int			nbuckets = fence_nbuckets();
@@ -275,7 +299,7 @@ DlockFenceCacheShmemInit(void)
 	if (nbuckets == 0)
 		return;
 	fence_shared = ShmemInitStruct("dlock fence cache",
-								   DlockFenceCacheShmemSize(), &found);
+								   fence_shmem_size(), &found);
 	fence_buckets = (FenceBucket *) ((char *) fence_shared +
 									 CACHELINEALIGN(sizeof(FenceCacheShared)));
 	if (found)
@@ -296,6 +320,20 @@ DlockFenceCacheShmemInit(void)
 		SpinLockInit(&b->st.s.mutex);
 		b->st.s.victim = 0;
 	}
+}
+
+/*
+ * fence_shmem_startup attaches to the cache's shared memory, after
+ * chaining to the previous hook.  Takes AddinShmemInitLock.
+ */
+static void
+fence_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	fence_shmem_init();
+	LWLockRelease(AddinShmemInitLock);
 }
 
 /*
@@ -591,4 +629,46 @@ DlockFenceCacheXactEnd(XactEvent event)
 	Assert(event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE ||
 		   event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
 		   (npending == 0 && !pending_all));
+}
+
+/*
+ * DlockFenceCacheInit defines dlock.fence_cache and, when dlock is being
+ * preloaded, dlock.fence_cache_size (fixed at server start, so a setting
+ * only then) and the hooks of the cache's shared memory; _PG_init calls
+ * it.
+ */
+void
+DlockFenceCacheInit(void)
+{
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dlock.fence_cache_size",
+								"Lock names whose current token the fence cache keeps in shared memory.",
+								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
+								"from this cache instead of the lease table's index.  Each name takes "
+								"136 bytes; 0 turns the cache off.",
+								&dlock_fence_cache_size,
+								65536,
+								0,
+								16777216,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("dlock.fence_cache",
+							 "Whether this session's fence checks use the fence cache.",
+							 "Off: the fence reads the lease table's index, and every transaction "
+							 "of the session that writes drops the whole cache when it commits.  A "
+							 "superuser who writes dlock_lease by hand must do it with this off.",
+							 &dlock_fence_cache,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = fence_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = fence_shmem_startup;
 }

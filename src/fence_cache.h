@@ -37,13 +37,8 @@ typedef struct DlockFenceCacheTicket
 	Oid			relnumber;		/* its relfilenode */
 } DlockFenceCacheTicket;
 
-/* settings (dlock.c) */
-extern int	dlock_fence_cache_size; /* dlock.fence_cache_size, in names */
-extern bool dlock_fence_cache;	/* dlock.fence_cache */
-
-/* shared memory (shmem.c calls them when dlock is preloaded) */
-extern Size DlockFenceCacheShmemSize(void);
-extern void DlockFenceCacheShmemInit(void);
+/* its settings and shared memory (_PG_init) */
+extern void DlockFenceCacheInit(void);
 
 /* the end of a transaction (xact.c) */
 extern void DlockFenceCacheXactEnd(XactEvent event);

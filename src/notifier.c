@@ -165,6 +165,7 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
 #include <signal.h>
 
 #include "access/htup_details.h"
@@ -203,10 +204,13 @@
 #include "dlock.h"
 
 /* dlock.notify_queue_size: kB of queue per database (0: no notifier) */
-int			dlock_notify_queue_size = 256;
+static int	dlock_notify_queue_size = 256;
 
 /* dlock.notifier_idle_timeout: ms with nothing to do before it exits */
-int			dlock_notifier_idle_timeout = 10000;
+static int	dlock_notifier_idle_timeout = 10000;
+
+/* The smallest queue of a database: room for a few of the longest events. */
+#define DLOCK_MIN_NOTIFY_QUEUE_KB	64
 
 /* The channel of lease events. */
 #define DLOCK_NOTIFY_CHANNEL	"dlock"
@@ -324,6 +328,8 @@ static int64 unsent_overflow = 0;
 static TransactionId unresolved_xid = InvalidTransactionId;
 
 static ProcessUtility_hook_type prev_utility_hook = NULL;
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 PGDLLEXPORT void dlock_notifier_main(Datum main_arg);
 static void stop_mark_at_exit(int code, Datum arg);
@@ -378,12 +384,12 @@ rings_offset(int nslots, int nprocs)
 }
 
 /*
- * DlockNotifierShmemSize returns the bytes of shared memory the notifiers'
+ * notifier_shmem_size returns the bytes of shared memory the notifiers'
  * slots, stop marks and queues need (none when dlock.notify_queue_size
  * is 0).
  */
-Size
-DlockNotifierShmemSize(void)
+static Size
+notifier_shmem_size(void)
 {
 	int			nslots = notifier_nslots();
 
@@ -404,18 +410,55 @@ stop_marks(void)
 }
 
 /*
- * DlockNotifierShmemInit attaches to (or, first, sets up) the notifiers'
- * shared memory.  Called from shmem_startup under AddinShmemInitLock.
+ * DlockNotifierOverflowPayload returns the JSON text of the NOTIFY payload
+ * of an "overflow" event for count lease changes that were not sent one by
+ * one (palloc'd); events.c's payloads have the same keys.
  */
-void
-DlockNotifierShmemInit(void)
+char *
+DlockNotifierOverflowPayload(int64 count)
+{
+	return psprintf("{\"event\": \"overflow\", \"lock_name\": null, \"token\": null, \"previous_token\": null, \"count\": " INT64_FORMAT "}",
+					count);
+}
+
+/*
+ * notifier_exit_payload returns the JSON text of the NOTIFY payload of the
+ * "notifier_exit" event, the last notification a notifier sends before it
+ * exits: a listener drops its sender's pid from the pids it accepts
+ * (docs/sql-reference.md, the listener's rule).
+ */
+static const char *
+notifier_exit_payload(void)
+{
+	return "{\"event\": \"notifier_exit\", \"lock_name\": null, \"token\": null, \"previous_token\": null}";
+}
+
+/*
+ * notifier_shmem_request asks for the notifiers' shared memory and LWLock,
+ * after chaining to the previous hook.
+ */
+static void
+notifier_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(notifier_shmem_size());
+	RequestNamedLWLockTranche("dlock notify", 1);
+}
+
+/*
+ * notifier_shmem_init attaches to (or, first, sets up) the notifiers'
+ * shared memory.  Caller holds AddinShmemInitLock.
+ */
+static void
+notifier_shmem_init(void)
 {
 	bool		found;
 	int			nslots = notifier_nslots();
 
 	if (nslots == 0)
 		return;
-	notifier_shmem = ShmemInitStruct("dlock notify", DlockNotifierShmemSize(),
+	notifier_shmem = ShmemInitStruct("dlock notify", notifier_shmem_size(),
 									 &found);
 	if (!found)
 	{
@@ -427,6 +470,20 @@ DlockNotifierShmemInit(void)
 		memset(notifier_shmem->slots, 0, sizeof(NotifierSlot) * nslots);
 		memset(stop_marks(), 0, sizeof(Oid) * notifier_shmem->nprocs);
 	}
+}
+
+/*
+ * notifier_shmem_startup attaches to the notifiers' shared memory, after
+ * chaining to the previous hook.  Takes AddinShmemInitLock.
+ */
+static void
+notifier_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	notifier_shmem_init();
+	LWLockRelease(AddinShmemInitLock);
 }
 
 /*
@@ -1068,7 +1125,7 @@ notifier_pass(void)
 				if (unsent_overflow > 0)
 				{
 					Async_Notify(DLOCK_NOTIFY_CHANNEL,
-								 DlockEventOverflowPayload(unsent_overflow));
+								 DlockNotifierOverflowPayload(unsent_overflow));
 					unsent_overflow = 0;
 					nsent++;
 					batch_overflow = true;
@@ -1169,9 +1226,9 @@ notifier_leave(bool stopping)
 		if (unsent_overflow > 0 && !notify_queue_full())
 		{
 			told = unsent_overflow;
-			Async_Notify(DLOCK_NOTIFY_CHANNEL, DlockEventOverflowPayload(told));
+			Async_Notify(DLOCK_NOTIFY_CHANNEL, DlockNotifierOverflowPayload(told));
 		}
-		Async_Notify(DLOCK_NOTIFY_CHANNEL, DlockEventNotifierExitPayload());
+		Async_Notify(DLOCK_NOTIFY_CHANNEL, notifier_exit_payload());
 
 		/* the view stops showing this pid before a listener can read it */
 		LWLockAcquire(notifier_shmem->lock, LW_EXCLUSIVE);
@@ -1752,14 +1809,63 @@ notifier_utility_hook(PlannedStmt *pstmt, const char *queryString,
 }
 
 /*
- * DlockNotifierInit installs the ProcessUtility_hook (chaining the previous
- * one) when dlock is being preloaded, so that every backend has it.
+ * check_notify_queue_size accepts dlock.notify_queue_size values of 0 (no
+ * notifier) and of at least DLOCK_MIN_NOTIFY_QUEUE_KB.
+ */
+static bool
+check_notify_queue_size(int *newval, void **extra, GucSource source)
+{
+	if (*newval != 0 && *newval < DLOCK_MIN_NOTIFY_QUEUE_KB)
+	{
+		GUC_check_errdetail("dlock.notify_queue_size must be 0 or at least %d kB.",
+							DLOCK_MIN_NOTIFY_QUEUE_KB);
+		return false;
+	}
+	return true;
+}
+
+/*
+ * DlockNotifierInit, when dlock is being preloaded (the notifier exists
+ * only then), defines dlock.notify_queue_size (fixed at server start) and
+ * dlock.notifier_idle_timeout (read by notifiers only), installs the hooks
+ * of the notifiers' shared memory, and the ProcessUtility_hook (chaining
+ * the previous one), so that every backend has it; _PG_init calls it.
  */
 void
 DlockNotifierInit(void)
 {
 	if (!process_shared_preload_libraries_in_progress)
 		return;
+	DefineCustomIntVariable("dlock.notify_queue_size",
+							"Shared memory for the lease events of one database waiting for its notifier.",
+							"With shared_preload_libraries = 'dlock', each of max_worker_processes "
+							"slots gets this much; 0: no notifier, dlock.notify sends nothing; "
+							"else at least 64 kB.",
+							&dlock_notify_queue_size,
+							256,
+							0,
+							1048576,
+							PGC_POSTMASTER,
+							GUC_UNIT_KB,
+							check_notify_queue_size, NULL, NULL);
+	DefineCustomIntVariable("dlock.notifier_idle_timeout",
+							"How long a notifier waits with nothing to send before it exits.",
+							"With shared_preload_libraries = 'dlock': an idle notifier gives its "
+							"background worker back (and its connection to the database) after "
+							"this long, telling listeners by a notifier_exit event; the next "
+							"lease change with an event starts another.",
+							&dlock_notifier_idle_timeout,
+							10000,
+							100,
+							INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = notifier_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = notifier_shmem_startup;
 	prev_utility_hook = ProcessUtility_hook;
 	ProcessUtility_hook = notifier_utility_hook;
 }

@@ -28,7 +28,7 @@
  *   because sequences are non-transactional and WAL-logged) holds a 63-bit
  *   hash of the identity of the server and database that last issued
  *   tokens: system identifier, timeline, database OID and the token
- *   sequence's OID.  CREATE EXTENSION records it (DlockTokenInit).  When
+ *   sequence's OID.  CREATE EXTENSION records it (DlockTokenSetOrigin).  When
  *   the identity differs (after a promotion the timeline does; a restore,
  *   even in place, recreates the sequence; a restore into another cluster
  *   or database also changes the system identifier or the database OID),
@@ -45,7 +45,7 @@
  *   with the crash's unflushed WAL was handed out before the crash, so
  *   before the restart by the clock: the jump lands above it, and grants
  *   need not flush WAL themselves.  Shared memory records, per server
- *   start, the databases whose jump is done (DlockShared.boot_dbs).  Without preload, or when that table is full,
+ *   start, the databases whose jump is done (DlockWaitShared.boot_dbs).  Without preload, or when that table is full,
  *   there is no boot jump and the sequence's WAL is flushed before each
  *   token is handed out (DlockTokenMakeDurable), which needs no clock at
  *   all: nextval() WAL-logs the sequence only every SEQ_LOG_VALS calls,
@@ -75,8 +75,10 @@
  * takes dlock's token lock for its database (a session-level advisory lock
  * in class DLOCK_TOKEN_LOCK_CLASS, released before returning, never held
  * across anything that waits for a transaction), re-checks and jumps.  The
- * shared boot_dbs table is read and written under DlockShmem->lock
- * (exclusive to add a database).  A backend caches that its identity was
+ * boot_dbs table, in this file's shared memory ("dlock token boot", set up
+ * when dlock is preloaded and rebuilt at every server start, crash
+ * restarts included, which is the point), is read and written under its
+ * spinlock, held only to scan its at most DLOCK_BOOT_DBS entries.  A backend caches that its identity was
  * checked, for its current timeline; a promotion changes the timeline and
  * so forces a check.  nextval() is not serialized with a jump, and need
  * not be: a backend draws tokens only after its own check found the
@@ -101,7 +103,10 @@
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lock.h"
+#include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/fmgrprotos.h"
 #include "utils/rel.h"
 
@@ -224,6 +229,23 @@ next_jump(int64 last)
 	return Max(last + 1, (int64) now);
 }
 
+/* Databases whose token boot jump a server start can record. */
+#define DLOCK_BOOT_DBS		64
+
+/* The databases whose boot jump this server start has done. */
+typedef struct TokenShared
+{
+	slock_t		mutex;			/* protects the rest */
+	int			nboot_dbs;
+	Oid			boot_dbs[DLOCK_BOOT_DBS];
+} TokenShared;
+
+/* NULL unless dlock is preloaded. */
+static TokenShared *token_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 /* Where this server start stands with the current database's boot jump. */
 typedef enum BootState
 {
@@ -234,7 +256,8 @@ typedef enum BootState
 
 /*
  * boot_state returns the BootState of the current database; with record,
- * first records it as done when there is room.  Takes DlockShmem->lock.
+ * first records it as done when there is room.  Takes the table's
+ * spinlock.
  */
 static BootState
 boot_state(bool record)
@@ -242,25 +265,26 @@ boot_state(bool record)
 	BootState	state = BOOT_NO_ROOM;
 	int			i;
 
-	LWLockAcquire(DlockShmem->lock, record ? LW_EXCLUSIVE : LW_SHARED);
-	for (i = 0; i < DlockShmem->nboot_dbs; i++)
+	Assert(token_shared != NULL);
+	SpinLockAcquire(&token_shared->mutex);
+	for (i = 0; i < token_shared->nboot_dbs; i++)
 	{
-		if (DlockShmem->boot_dbs[i] == MyDatabaseId)
+		if (token_shared->boot_dbs[i] == MyDatabaseId)
 		{
 			state = BOOT_DONE;
 			break;
 		}
 	}
-	if (state != BOOT_DONE && DlockShmem->nboot_dbs < DLOCK_BOOT_DBS)
+	if (state != BOOT_DONE && token_shared->nboot_dbs < DLOCK_BOOT_DBS)
 	{
 		state = BOOT_TODO;
 		if (record)
 		{
-			DlockShmem->boot_dbs[DlockShmem->nboot_dbs++] = MyDatabaseId;
+			token_shared->boot_dbs[token_shared->nboot_dbs++] = MyDatabaseId;
 			state = BOOT_DONE;
 		}
 	}
-	LWLockRelease(DlockShmem->lock);
+	SpinLockRelease(&token_shared->mutex);
 	return state;
 }
 
@@ -295,7 +319,7 @@ token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 
 	Assert(token_lock_held());
 	origin = seq_last_value(originrelid);
-	boot = DlockShmem != NULL ? boot_state(false) : BOOT_NO_ROOM;
+	boot = token_shared != NULL ? boot_state(false) : BOOT_NO_ROOM;
 
 	if (origin != identity)
 	{
@@ -312,7 +336,7 @@ token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 		return boot == BOOT_DONE;
 
 	/* A jump was just made: it covers this start too, if it can be recorded. */
-	return DlockShmem != NULL && boot_state(true) == BOOT_DONE;
+	return token_shared != NULL && boot_state(true) == BOOT_DONE;
 }
 
 /*
@@ -459,7 +483,7 @@ DlockTokenForget(void)
 }
 
 /*
- * DlockTokenInit records, when the extension is created, that this server
+ * DlockTokenSetOrigin records, when the extension is created, that this server
  * issues the tokens of the new sequence seqrelid: it sets the register
  * originrelid to this server's identity (and, with preload, records this
  * start's boot jump as done for the database, since nothing was issued
@@ -469,7 +493,7 @@ DlockTokenForget(void)
  * is needed.  Must run as their owner, on a primary.
  */
 void
-DlockTokenInit(Oid seqrelid, Oid originrelid)
+DlockTokenSetOrigin(Oid seqrelid, Oid originrelid)
 {
 	if (seq_last_value(seqrelid) >= 0 || seq_last_value(originrelid) >= 0)
 		ereport(ERROR,
@@ -478,7 +502,57 @@ DlockTokenInit(Oid seqrelid, Oid originrelid)
 				 errdetail("Only CREATE EXTENSION dlock initializes it.")));
 	seq_set_durably(originrelid,
 					token_identity(GetWALInsertionTimeLine(), seqrelid));
-	if (DlockShmem != NULL)
+	if (token_shared != NULL)
 		(void) boot_state(true);
 	DlockTokenForget();
+}
+
+/*
+ * token_shmem_request asks for the boot jumps' table, after chaining to
+ * the previous hook.
+ */
+static void
+token_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sizeof(TokenShared));
+}
+
+/*
+ * token_shmem_startup attaches to (or, first, empties) the boot jumps'
+ * table, after chaining to the previous hook.  Takes AddinShmemInitLock.
+ */
+static void
+token_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	token_shared = ShmemInitStruct("dlock token boot", sizeof(TokenShared),
+								   &found);
+	if (!found)
+	{
+		SpinLockInit(&token_shared->mutex);
+		token_shared->nboot_dbs = 0;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * DlockTokenInit installs the hooks of the boot jumps' table when dlock is
+ * being preloaded (without preload every grant flushes instead); _PG_init
+ * calls it.
+ */
+void
+DlockTokenInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = token_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = token_shmem_startup;
 }

@@ -233,14 +233,14 @@ static bool exit_callback_registered = false;
  */
 #define BUCKET_NO(hash) \
 	((int) (hash_combine64((hash), (uint64) MyDatabaseId) % DLOCK_WAIT_BUCKETS))
-#define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[BUCKET_NO(hash)])
+#define BUCKET_OF(hash) (&DlockWaitShmem->bucket_waiters[BUCKET_NO(hash)])
 /* The current database's count of slots in use (and of other databases') */
 #define DB_WAITERS() \
-	(&DlockShmem->db_waiters[MyDatabaseId % DLOCK_WAIT_DBS])
+	(&DlockWaitShmem->db_waiters[MyDatabaseId % DLOCK_WAIT_DBS])
 #define ANY_MARKS(w, b) (((w)->any_buckets[(b) / 64] >> ((b) % 64)) & 1)
 
 /* This backend's slot. */
-#define MY_SLOT()	(&DlockShmem->slots[DlockMyProcNumber()])
+#define MY_SLOT()	(&DlockWaitShmem->slots[DlockMyProcNumber()])
 
 /*
  * same_bytes reports whether the name of len bytes at a equals the one at b.
@@ -307,10 +307,10 @@ queue_head_locked(uint64 hash, const char *name, int namelen)
 	uint64		best = PG_UINT64_MAX;
 	int			i;
 
-	Assert(LWLockHeldByMe(DlockShmem->lock));
-	for (i = 0; i < DlockShmem->nslots; i++)
+	Assert(LWLockHeldByMe(DlockWaitShmem->lock));
+	for (i = 0; i < DlockWaitShmem->nslots; i++)
 	{
-		DlockWaiter *w = &DlockShmem->slots[i];
+		DlockWaiter *w = &DlockWaitShmem->slots[i];
 
 		if (w->in_use && !w->any && w->dboid == MyDatabaseId &&
 			w->hash == hash && w->ticket < best &&
@@ -331,7 +331,7 @@ queue_head_locked(uint64 hash, const char *name, int namelen)
 static void
 slot_describe(DlockWaiter *me, const DlockWaitInfo *info, TimestampTz deadline)
 {
-	Assert(LWLockHeldByMeInMode(DlockShmem->lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(DlockWaitShmem->lock, LW_EXCLUSIVE));
 	Assert(VARSIZE_ANY_EXHDR(info->lock_name) <= DLOCK_MAX_NAME_BYTES);
 	me->pid = MyProcPid;
 	me->dboid = MyDatabaseId;
@@ -358,20 +358,20 @@ queue_join(const DlockWaitInfo *info, TimestampTz deadline)
 	uint64		hash = DlockNameHash(info->lock_name);
 
 	Assert(!slot_taken);
-	Assert(DlockMyProcNumber() >= 0 && DlockMyProcNumber() < DlockShmem->nslots);
+	Assert(DlockMyProcNumber() >= 0 && DlockMyProcNumber() < DlockWaitShmem->nslots);
 	me = MY_SLOT();
-	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	LWLockAcquire(DlockWaitShmem->lock, LW_EXCLUSIVE);
 	/* only this backend takes its own slot, and it gave it up last time */
 	Assert(!me->in_use);
 	slot_describe(me, info, deadline);
 	me->hash = hash;
 	me->any = false;
-	me->ticket = DlockShmem->next_ticket++;
+	me->ticket = DlockWaitShmem->next_ticket++;
 	me->in_use = true;
 	pg_atomic_fetch_add_u32(DB_WAITERS(), 1);
 	pg_atomic_fetch_add_u32(BUCKET_OF(hash), 1);
 	slot_taken = true;
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 }
 
 /*
@@ -390,7 +390,7 @@ queue_leave(bool wake_next)
 	if (!slot_taken)
 		return;
 	me = MY_SLOT();
-	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	LWLockAcquire(DlockWaitShmem->lock, LW_EXCLUSIVE);
 	Assert(me->in_use);
 	me->in_use = false;
 	slot_taken = false;
@@ -404,8 +404,8 @@ queue_leave(bool wake_next)
 			if (ANY_MARKS(me, b))
 			{
 				/* counted in the bucket since queue_join_any */
-				Assert(pg_atomic_read_u32(&DlockShmem->bucket_waiters[b]) > 0);
-				pg_atomic_fetch_sub_u32(&DlockShmem->bucket_waiters[b], 1);
+				Assert(pg_atomic_read_u32(&DlockWaitShmem->bucket_waiters[b]) > 0);
+				pg_atomic_fetch_sub_u32(&DlockWaitShmem->bucket_waiters[b], 1);
 			}
 		set = me->any_set;
 		me->any_set = InvalidDsaPointer;
@@ -419,7 +419,7 @@ queue_leave(bool wake_next)
 		if (wake_next)
 			head = queue_head_locked(me->hash, me->name, me->namelen);
 	}
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 	/* no waker reads the set now: they do only under the LWLock, in use */
 	if (DsaPointerIsValid(set))
 		dsa_free(DlockAnyArea(), set);
@@ -438,9 +438,9 @@ queue_is_head(void)
 	int			head;
 
 	Assert(slot_taken && !me->any);
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
+	LWLockAcquire(DlockWaitShmem->lock, LW_SHARED);
 	head = queue_head_locked(me->hash, me->name, me->namelen);
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 	return head == DlockMyProcNumber();
 }
 
@@ -451,7 +451,7 @@ queue_is_head(void)
 static void
 wait_exit_callback(int code, Datum arg)
 {
-	if (slot_taken && DlockShmem != NULL)
+	if (slot_taken && DlockWaitShmem != NULL)
 		queue_leave(true);
 }
 
@@ -481,7 +481,7 @@ sleep_until(TimestampTz wake_at)
 	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake_at);
 
 	/* nothing that could block another backend is held while sleeping */
-	Assert(DlockShmem == NULL || !LWLockHeldByMe(DlockShmem->lock));
+	Assert(DlockWaitShmem == NULL || !LWLockHeldByMe(DlockWaitShmem->lock));
 	ms = Min(ms, (long) PG_INT32_MAX);
 	if (ms > 0)
 	{
@@ -678,7 +678,7 @@ DlockWaitAcquire(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 	Assert(!slot_taken);
 	info->waited = false;
 	info->attempts = 0;
-	if (DlockShmem == NULL)
+	if (DlockWaitShmem == NULL)
 		return wait_polling(deadline, attempt, arg, info);
 
 	/* Nobody queued for this name (or its bucket): try before queueing. */
@@ -1020,7 +1020,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 		return true;
 	if (GetCurrentTimestamp() >= deadline)
 		return false;
-	if (DlockShmem == NULL)
+	if (DlockWaitShmem == NULL)
 		return any_polling(&aw, deadline);
 
 	register_exit_callback();
@@ -1044,7 +1044,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 
 	/* join: the slot, its buckets, its set (see the file header) */
 	me = MY_SLOT();
-	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	LWLockAcquire(DlockWaitShmem->lock, LW_EXCLUSIVE);
 	Assert(!me->in_use && !slot_taken);
 	slot_describe(me, info, deadline);
 	memset(me->any_buckets, 0, sizeof(me->any_buckets));
@@ -1055,7 +1055,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 		if (ANY_MARKS(me, b))
 			continue;
 		me->any_buckets[b / 64] |= UINT64CONST(1) << (b % 64);
-		pg_atomic_fetch_add_u32(&DlockShmem->bucket_waiters[b], 1);
+		pg_atomic_fetch_add_u32(&DlockWaitShmem->bucket_waiters[b], 1);
 	}
 	/* no waker touches a slot not in use, and none has the lock now */
 	me->any_nring = 0;
@@ -1064,11 +1064,11 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 	me->any_nhashes = aw.m;
 	me->hash = 0;
 	me->any = true;
-	me->ticket = DlockShmem->next_ticket++;
+	me->ticket = DlockWaitShmem->next_ticket++;
 	me->in_use = true;
 	pg_atomic_fetch_add_u32(DB_WAITERS(), 1);
 	slot_taken = true;
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 
 	PG_TRY();
 	{
@@ -1249,11 +1249,11 @@ wake_match_any(void)
 	if (!pending_busy())
 		return;					/* slots that join now are late */
 	area = DlockAnyArea();
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
-	matched_below = DlockShmem->next_ticket;
-	for (i = 0; i < DlockShmem->nslots; i++)
+	LWLockAcquire(DlockWaitShmem->lock, LW_SHARED);
+	matched_below = DlockWaitShmem->next_ticket;
+	for (i = 0; i < DlockWaitShmem->nslots; i++)
 	{
-		DlockWaiter *w = &DlockShmem->slots[i];
+		DlockWaiter *w = &DlockWaitShmem->slots[i];
 		uint64	   *hashes;
 		int			first = nmatch_pos;
 		int			j;
@@ -1298,7 +1298,7 @@ wake_match_any(void)
 		matches[nmatches].count = nmatch_pos - first;
 		nmatches++;
 	}
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 }
 
 /*
@@ -1372,10 +1372,10 @@ wake_pending(WakeEnd end)
 	for (i = 0; i < npending; i++)
 		pending[i].head = -1;
 
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
-	for (i = 0; i < DlockShmem->nslots; i++)
+	LWLockAcquire(DlockWaitShmem->lock, LW_SHARED);
+	for (i = 0; i < DlockWaitShmem->nslots; i++)
 	{
-		DlockWaiter *w = &DlockShmem->slots[i];
+		DlockWaiter *w = &DlockWaitShmem->slots[i];
 
 		if (!w->in_use || w->dboid != MyDatabaseId)
 			continue;
@@ -1403,7 +1403,7 @@ wake_pending(WakeEnd end)
 		for (i = 0; i < nmatches; i++)
 		{
 			AnyMatch   *m = &matches[i];
-			DlockWaiter *w = &DlockShmem->slots[m->procno];
+			DlockWaiter *w = &DlockWaitShmem->slots[m->procno];
 			int			k;
 
 			/* the same wait as at pre-commit: its set is still allocated */
@@ -1415,13 +1415,13 @@ wake_pending(WakeEnd end)
 			wake_list[nwake++] = m->procno;
 		}
 	}
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 
 	for (i = 0; i < npending; i++)
 		if (pending[i].head >= 0)
 			wake_list[nwake++] = pending[i].head;
 	/* each slot is one queue's head, a matched or a late any-slot, or none */
-	Assert(nwake <= DlockShmem->nslots);
+	Assert(nwake <= DlockWaitShmem->nslots);
 	for (i = 0; i < nwake; i++)
 		SetLatch(DlockProcLatch(wake_list[i]));
 }
@@ -1490,12 +1490,12 @@ DlockWakeAtXactEnd(text *lock_name)
 	MemoryContext oldcontext;
 
 	Assert(IsTransactionState());
-	if (DlockShmem == NULL)
+	if (DlockWaitShmem == NULL)
 		return;
 	if (!wake_active)
 	{
 		wake_list = MemoryContextAlloc(TopMemoryContext,
-									   sizeof(int) * DlockShmem->nslots);
+									   sizeof(int) * DlockWaitShmem->nslots);
 		wake_active = true;
 	}
 	hash = DlockNameHash(lock_name);
@@ -1571,14 +1571,14 @@ dlock_waiters_read(PG_FUNCTION_ARGS)
 	int			j;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (DlockShmem == NULL)
+	if (DlockWaitShmem == NULL)
 		return (Datum) 0;
 
-	copy = palloc(sizeof(WaiterRow) * DlockShmem->nslots);
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
-	for (i = 0; i < DlockShmem->nslots; i++)
+	copy = palloc(sizeof(WaiterRow) * DlockWaitShmem->nslots);
+	LWLockAcquire(DlockWaitShmem->lock, LW_SHARED);
+	for (i = 0; i < DlockWaitShmem->nslots; i++)
 	{
-		DlockWaiter *w = &DlockShmem->slots[i];
+		DlockWaiter *w = &DlockWaitShmem->slots[i];
 		WaiterRow  *r = &copy[ncopy];
 
 		if (!w->in_use || w->dboid != MyDatabaseId)
@@ -1598,7 +1598,7 @@ dlock_waiters_read(PG_FUNCTION_ARGS)
 		memcpy(r->name, w->name, w->namelen);
 		ncopy++;
 	}
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 
 	for (i = 0; i < ncopy; i++)
 	{
