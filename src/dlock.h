@@ -315,7 +315,7 @@ extern void DlockCheckedMarkMoved(text *lock_name, Oid table_owner,
 /* token.c: token jumps and durability (the store calls them, as owner) */
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
 extern void DlockTokenMakeDurable(Oid seqrelid);
-extern bool DlockTokenJumpPast(Oid seqrelid, int64 floor);
+extern int64 DlockTokenDrawAbove(Oid seqrelid, int64 floor);
 extern void DlockTokenForget(void);
 extern void DlockTokenInit(void);
 extern void DlockTokenSetOrigin(Oid seqrelid, Oid originrelid);
@@ -393,6 +393,17 @@ typedef struct DlockWaitShared
 extern DlockWaitShared *DlockWaitShmem;
 extern void DlockWaitInit(void);
 extern dsa_area *DlockAnyArea(void);
+
+/* store_restricted.c: the store's security-restricted operations */
+typedef struct DlockRestricted
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} DlockRestricted;
+
+extern void DlockRestrictedBegin(DlockRestricted *saved);
+extern void DlockRestrictedEnd(DlockRestricted *saved);
 
 /* wait.c: waiting for a lease */
 

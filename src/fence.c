@@ -6,102 +6,18 @@
  *	  lock, and dlock_check, the same rule as a call, whose passes the
  *	  transaction remembers (checked.c).
  *
- *	  CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON tab FOR EACH ROW
- *	    EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token'
- *	                                 [, 'latest' | 'live' | 'seen']);
- *	  CREATE TRIGGER t BEFORE TRUNCATE ON tab
- *	    EXECUTE FUNCTION dlock_fence('accounts', 'fence_token' [, mode]);
+ * Owns the trigger protocol checks (INSERT, UPDATE, DELETE, TRUNCATE), the
+ * lock name template of a fenced table (parsed by template.c), reading and
+ * filling in the row's token, and each mode's rule (fence_verify):
+ * 'latest' and 'live' compare with the lease (read through store.c),
+ * 'seen' with the mark (mark.c).
  *
- * Argument 1 is the lock name template: {col} stands for the text of the
- * row's col (NEW's; OLD's for DELETE), {{ and }} for literal braces; a
- * TRUNCATE trigger's template names no column.  Argument 2 names the
- * bigint column that carries the writer's token.  Argument 3 is the mode.
- * The arguments are parsed and resolved against the table's columns on
- * the first row of each statement and kept in fn_extra for the rest of it.
- *
- * The modes (fence_verify):
- *	- 'latest': the token is the lease's current token.  Rejected: no
- *	  lease row (never acquired, or purged), an older token (a stale
- *	  holder), a newer one (a token of another lock).
- *	- 'live': as 'latest', and the lease is live (not released, not
- *	  expired) and its row locked so that no takeover can happen before the
- *	  writer's transaction ends.
- *	- 'seen': for databases that are not the lease store: the token is not
- *	  lower than the highest this database accepted for the lock, which it
- *	  then becomes (mark.c owns that rule and its ordering argument).
- *
- * The events:
- *	- INSERT, UPDATE: the row's token must pass.  A row that carries no
- *	  token of its own (NULL; on UPDATE also the old row's token unchanged)
- *	  takes the token this transaction checked for the row's lock with
- *	  dlock_check, if it did; otherwise a NULL token is rejected and an
- *	  unchanged one is checked as it is.  On UPDATE a token lower than the
- *	  old row's is rejected too: a row's own history never goes backwards.
- *	- An UPDATE that changes the row's lock (the template gives another
- *	  name for the new row than for the old one: UPDATE, INSERT ... ON
- *	  CONFLICT DO UPDATE, MERGE, a move between partitions, a cascaded
- *	  foreign key) is a DELETE under the old lock and an INSERT under the
- *	  new one: the transaction must have checked the old lock (the DELETE
- *	  rule), and the new row's token must pass for the new lock.  So only
- *	  a writer that holds both locks moves a row; the row's history under
- *	  the old lock does not bind the new one.
- *	- DELETE: accepted only when the transaction checked the old row's lock
- *	  and that token still passes (and is not lower than the row's).
- *	- TRUNCATE: accepted only when the transaction checked the template's
- *	  lock and that token still passes.
- * Every rejection raises 55T01.  Misuse (wrong event, arguments or
- * columns) raises a different error on the first row.
- *
- * Concurrency: why accepted tokens on a row never go backwards.
- *
- * Tokens of one lock only grow: a new token is granted only when no live
- * lease holds the name, and it comes from one increasing sequence.  The
- * lease row is read with a fresh snapshot (store.c), so the check sees
- * every lease change committed before it starts, also in a REPEATABLE
- * READ transaction whose own snapshot is older.  With dlock preloaded, the
- * 'latest' read is usually answered by the fence cache (fence_cache.c),
- * which gives exactly what that read would give when the check starts; its
- * header has the argument.
- *
- * 'latest' mode, UPDATE and DELETE.  PostgreSQL locks the old row before
- * it fires a BEFORE ROW UPDATE or DELETE trigger (GetTupleForTrigger),
- * waiting for a concurrent writer of that row to finish and, under READ
- * COMMITTED, continuing with the newest row version; under REPEATABLE READ
- * a concurrent update raises 40001 instead.  Say write W1 with token t1
- * committed on a row and W2, with t2, locks the row afterwards.  W1's
- * check found t1 current, so t1's grant was committed (or made in W1's own
- * transaction, which committed).  W2's check starts after W1 committed, so
- * the current token it sees is t1 or newer, and W2 passes only if t2 is
- * that token: t2 >= t1.  Row locks order the accepted writes of one row;
- * the lease row needs no lock, which keeps hot lease rows free of
- * shared-lock traffic.  A DELETE is such a write, with the token its
- * transaction checked.  A check made earlier in the transaction by
- * dlock_check counts for nothing by itself: the trigger checks the
- * recorded token again when the row is written.
- *
- * 'latest' mode, INSERT.  A new row has no history.  Two inserts of the
- * same key are ordered by the unique index (the second fails, or under ON
- * CONFLICT DO UPDATE becomes an UPDATE and follows the rule above).
- *
- * TRUNCATE takes an ACCESS EXCLUSIVE lock on the table before its BEFORE
- * TRUNCATE triggers fire, so every write it removes has committed or
- * aborted before its check, which then sees their leases' tokens.
- *
- * 'live' mode.  As 'latest', and the lease row is locked FOR KEY SHARE
- * until the writer's transaction ends.  A takeover locks the lease row FOR
- * UPDATE (SKIP LOCKED: acquire reports the name as held), so no newer
- * token can be granted while an accepted write is uncommitted; a takeover
- * that is itself uncommitted makes the writer wait for it and then see its
- * new token.  Renew, release and break take FOR NO KEY UPDATE and are not
- * blocked; the lease must be live when the write is checked.  A 'live'
- * dlock_check thus keeps the lease from being taken over until the
- * transaction ends: every later write in it passes as long as the lease
- * has not expired or been released.
- *
- * What is not covered: writes while the trigger does not fire
- * (session_replication_role = replica, logical replication apply, a
- * disabled trigger).  specs/race-fence-*.spec and specs/race-check-*.spec
- * prove the interleavings.
+ * Concurrency: in 'latest' mode the protected row's own row lock orders
+ * the accepted writes of one row, and the lease row is read with a fresh
+ * snapshot and no lock; in 'live' mode the lease row is locked FOR KEY
+ * SHARE until the writer's transaction ends, which a takeover's FOR UPDATE
+ * conflicts with; TRUNCATE's ACCESS EXCLUSIVE lock comes before its check.
+ * Why accepted tokens on a row never go backwards: design.md §17.
  *
  * Copyright (c) 2026, the dlock authors
  *

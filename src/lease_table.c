@@ -6,144 +6,28 @@
  *	  the hot paths that read and change a lease row without SQL: taking
  *	  over an ended lease, renew, release and break, a set acquire's read
  *	  of the held leases among its names, the 'latest' fence's read
- *	  (through the fence cache when it can) and the 'live' fence's lock; and the common case of fencing mode 'seen', locking a mark of
- *	  dlock_fence_mark (DlockMarkLock, for mark.c).  store.c owns the rest
- *	  (its cache, the switch to the table's owner, the SQL statements).
+ *	  (through the fence cache when it can) and the 'live' fence's lock.
+ *	  store.c owns the rest (its cache, the owner switch, the SQL), token.c
+ *	  the token a takeover draws, lease_room.c where new row versions go.
  *
- * Direct access: the hot paths read the row through the primary key index
- * and change it with table_tuple_lock and table_tuple_update, without
- * SPI's per-statement executor setup.  They keep the SQL statements'
- * semantics exactly: a fresh snapshot for every read, FOR UPDATE SKIP
- * LOCKED for a takeover, NO KEY UPDATE (waiting) for renew, release and
- * break, and READ COMMITTED rules when the row was changed concurrently
- * (read its newest version again and recheck).  The primary key comes from
- * the relcache at each operation (REINDEX CONCURRENTLY replaces it); an
- * update that is not HOT gets its entries in every index through the
- * executor's own routine, unique checks included.  What direct access
- * would bypass (triggers, CHECK constraints, forced row security: none of
- * dlock's making) makes the operations refuse.
+ * The operations keep the SQL statements' semantics: a fresh snapshot for
+ * every read, READ COMMITTED rules for a concurrently changed row, index
+ * entries of an update that is not HOT through the executor's routine
+ * (their functions run restricted: store_restricted.c).  What direct
+ * access would bypass (triggers, CHECK constraints, forced row security)
+ * makes them refuse.  Everything but the fence's read and lock runs as the
+ * lease table's owner.  The full argument is design.md §14.
  *
- * Where new row versions go (design.md §4).  Every takeover, renew and
- * release writes a new version of its row.  A HOT update keeps it on the
- * row's page while the page has room, and pruning (heap_page_prune_opt, on
- * every read of a page that is filling up) gives back the room of dead
- * versions; but it cannot remove a version while a transaction that began
- * before it died is still open (on a busy machine a backend preempted, or
- * waiting for its commit's WAL flush, holds the horizon back for
- * milliseconds, in which the pages of hot rows fill up), nor while another
- * backend has the page pinned.  A version that does not fit goes where
- * heap_update finds room: the backend's insertion target, a page the free
- * space map knows (it does not learn of room that pruning made), or a new
- * page; and when several backends extend the table at once, PostgreSQL 15
- * adds 20 pages per backend waiting for the extension lock (16 and later:
- * as many pages again per waiting backend), and the first inserts of new
- * names at once do the same.  So the table of 100 hot names of bench/README.md's size
- * measure ended anywhere between 100 KB and 1.3 MB.  Now:
- *
- * - An operation copies the version it read out of the buffer
- *   (lease_row_from_slot) and keeps no pin on its page, which would keep
- *   everyone, itself included, from pruning it.
- *
- * - When the page looked too full for the new version, the update first
- *   prunes it if it can (lease_make_room_for_update).  When it still has no
- *   room, and before a name's first row is inserted, lease_make_room points
- *   the backend's insertion target at a page with room: the target itself,
- *   or the first page with room after each page of the table was pruned if
- *   it could be (their free space is recorded in the free space map), with
- *   a second page with room as a spare for the backends that meet a full
- *   target; pages it adds for them are new, one at a time.  It adds pages
- *   only if none were added since it looked, and records them in the free
- *   space map before releasing the extension lock, so that on 15 a
- *   backend that waited for the lock in PostgreSQL's own extension finds
- *   them and adds none (16 and later add their pages without asking the
- *   free space map again: under heavy contention there the table can
- *   still grow by the pages of such waits).  Only while the table has at most ROOM_MAX_PAGES pages (a larger
- *   one is left to PostgreSQL), and only for the heap access method.
- *
- * Why this is safe: the insertion target and the free space map are hints,
- * which heap_update and heap_insert check under the page's lock (a page
- * without room is passed over, and the free space map corrected).
- * heap_page_prune_opt is what every scan calls on the pages it reads; it
- * prunes only with a cleanup lock, which it does not wait for and cannot
- * get while any other pin on the page exists, this backend's own included;
- * and every pointer into a page is backed by a pin (a slot's), so no
- * pointer this backend holds can be moved under it.  A page is added as
- * PostgreSQL's allocator and index access methods add one (the relation
- * extension lock, then ReadBuffer of P_NEW) and left zeroed, as
- * PostgreSQL 15 leaves the pages it adds in bulk: the first version put
- * there initializes it, in that version's WAL record, and VACUUM knows new
- * pages.  The extension lock is taken holding no buffer lock and no
- * LWLock; while it is held only the new page and pages of the free space
- * map are locked, and no other heavyweight lock is taken (PostgreSQL's own
- * rules for that lock).  An update may wait for it while holding row
- * locks, as heap_update itself does.
- *
- * The table is described once (DlockLeaseTable): the number of each
- * column dlock uses is looked up by name when store.c builds its cache,
- * and checked against the expected type and NOT NULL.  Columns a later
- * version adds are allowed; an update copies them from the version it
- * replaces.  New versions are built from named fields (DlockLeaseFields).
- *
- * Everything here but the fence's read and lock runs as the lease table's
- * owner (store.c's store_begin switches to it with
- * SECURITY_LOCAL_USERID_CHANGE).  Index entries of an
- * update that is not HOT may evaluate functions of an expression or
- * partial index a DBA added: they run as a security-restricted operation
- * with a pinned search_path (DlockRestrictedBegin), as PostgreSQL runs
- * index functions during REINDEX or VACUUM, so the caller's search_path
- * cannot choose which functions run as the owner.
- *
- * Concurrency (the direct operations' part of the locking protocol, which
- * store.c's header gives in full):
- *
- * - Every operation opens the table and its primary key with
- *   RowExclusiveLock (the 'latest' fence's read: AccessShareLock; the
- *   'live' fence's lock: RowShareLock on the table, AccessShareLock on the
- *   index), kept until the transaction ends, as a statement's would be.
- *   So the table cannot be truncated (by VACUUM) under lease_make_room.
- *
- * - lease_make_room takes the table's relation extension lock to add a
- *   page (waiting for it, as heap_update may), and releases it before it
- *   returns; it holds no buffer lock then.  Buffers are locked one at a
- *   time, share, to read a page's free space, never across a wait.
- *
- * - Acquire never waits for another transaction.  A row that is locked by
- *   an open transaction (an uncommitted acquire, renew, release or break,
- *   or a 'live' fenced writer) counts as held: the takeover reads the row
- *   and, when its lease ended, locks that version FOR UPDATE without
- *   waiting (LockWaitSkip); a lock it cannot have means "held" (a live
- *   lease it read reports its expiry, which a waiter can sleep until).
- *   FOR UPDATE (not NO KEY UPDATE) conflicts with every row lock,
- *   including FOR KEY SHARE.  Only the version that was checked is ever
- *   locked; if it changed since the read, the takeover reads again.
- *
- * - Renew, release and break read the row and, when it qualifies, update
- *   that version in place of an UPDATE statement: they may wait for a
- *   concurrent transaction that changed or locked the same row (its
- *   outcome decides theirs: if it committed a change, they read the newest
- *   version and decide again, as READ COMMITTED rules would), and take FOR
- *   NO KEY UPDATE, which does not conflict with the FOR KEY SHARE lock a
- *   fenced writer holds.
- *
- * - A call that changes nothing keeps no lock: the takeover locks a row
- *   version only once it has checked that its lease ended, and then always
- *   takes it; renew, release and break lock only by updating.  So a failed
- *   attempt of a waiting acquire, or a refused call inside a transaction
- *   block, leaves nothing that could block the lease's holder until the
- *   caller's transaction ends, and needs no subtransaction.  (An acquire
- *   that finds the name has no row yet may keep dlock's name lock, see
- *   store.c and store_ops.c, only when it inserted the row.)
- *
- * - The 'latest' fence reads the lease of a name with a fresh snapshot and
- *   no row lock, or takes its token from the fence cache (fence_cache.c).
- *   A takeover opens the name's bucket of the cache before it writes the
- *   new token (DlockFenceCacheOpen), so the cache cannot answer for the
- *   name until the takeover's transaction has ended.
- *
- * - The 'live' fence locks the row it finds FOR KEY SHARE, waiting, and
- *   follows a concurrently changed row to its newest version as READ
- *   COMMITTED does (a SERIALIZABLE transaction gets 40001 instead), as the
- *   SQL statement SELECT ... FOR KEY SHARE did before (DlockLeaseFenceLock).
+ * Concurrency: every operation opens the table and its primary key with
+ * RowExclusiveLock (the 'latest' fence's read: AccessShareLock; the 'live'
+ * fence's lock: RowShareLock, index AccessShareLock) until the transaction
+ * ends.  A takeover locks the version it checked FOR UPDATE without
+ * waiting (a lock it cannot have means "held"); renew, release and break
+ * update in place, may wait for a concurrent change of the row and decide
+ * again on its newest version (FOR NO KEY UPDATE); the 'live' fence locks
+ * FOR KEY SHARE, waiting (40001 under SERIALIZABLE).  A call that changes
+ * nothing keeps no lock.  A takeover opens the name's fence cache bucket
+ * before it writes (design.md §12).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -180,6 +64,7 @@
 #include "compat.h"
 #include "dlock.h"
 #include "fence_cache.h"
+#include "lease_room.h"
 #include "lease_table.h"
 
 /* Whether the current code runs as the lease table's owner (store_begin). */
@@ -208,13 +93,6 @@ typedef struct LeaseRow
 	uint16		infomask;		/* the version's t_infomask and raw xmax, */
 	TransactionId xmax;			/* read under the buffer lock (0: unknown) */
 } LeaseRow;
-
-/*
- * The largest lease table (in pages) whose new row versions dlock places
- * itself when their page is full (lease_make_room); a larger one is left to
- * PostgreSQL.  The pages it reads then are at most this many.
- */
-#define ROOM_MAX_PAGES	32
 
 /*
  * lease_column returns the number of column attname of the lease table
@@ -499,39 +377,6 @@ lease_row_live(LeaseRow *row, TimestampTz now)
 }
 
 /*
- * DlockRestrictedBegin makes the code that follows a security-restricted
- * operation with search_path pinned to pg_catalog, pg_temp, as PostgreSQL
- * runs index functions during REINDEX, VACUUM or CREATE INDEX: so an
- * expression or partial index evaluates its functions as the current user
- * (the table's owner here) without the caller's search_path choosing them,
- * and cannot change the session (SET ROLE, temporary tables, GUC changes
- * outlive it).  Pair with DlockRestrictedEnd; on an error, transaction or
- * subtransaction abort restores the context and the settings.
- */
-void
-DlockRestrictedBegin(DlockRestricted *saved)
-{
-	GetUserIdAndSecContext(&saved->save_userid, &saved->save_sec_context);
-	SetUserIdAndSecContext(saved->save_userid,
-						   saved->save_sec_context | SECURITY_RESTRICTED_OPERATION);
-	saved->save_nestlevel = NewGUCNestLevel();
-	DlockRestrictSearchPath();
-}
-
-/*
- * DlockRestrictedEnd undoes DlockRestrictedBegin: rolls back every
- * setting changed since (the search_path included) and restores the
- * security context.
- */
-void
-DlockRestrictedEnd(DlockRestricted *saved)
-{
-	Assert(InSecurityRestrictedOperation());
-	AtEOXact_GUC(false, saved->save_nestlevel);
-	SetUserIdAndSecContext(saved->save_userid, saved->save_sec_context);
-}
-
-/*
  * lease_insert_index_entries adds the entries of the new version in
  * la->newslot to every index of the lease table that takes inserts (an
  * update that was not HOT needs them): the primary key, and any index a
@@ -564,134 +409,17 @@ lease_insert_index_entries(LeaseAccess *la, DlockUpdateIndexes update_indexes)
 }
 
 /*
- * lease_page_free returns the free space for a new row version on page blk
- * of the lease table rel (a new, zeroed page: all of it), read under a
- * share lock; with prune, first prunes the page if it can
- * (heap_page_prune_opt: only without waiting, when no one else has the
- * page pinned).  Holds no pin or lock on return.
- */
-static Size
-lease_page_free(Relation rel, BlockNumber blk, bool prune)
-{
-	Buffer		buf = ReadBuffer(rel, blk);
-	Page		page = BufferGetPage(buf);
-	Size		free;
-
-	if (prune)
-		heap_page_prune_opt(rel, buf);
-	LockBuffer(buf, BUFFER_LOCK_SHARE);
-	free = PageIsNew(page) ? BLCKSZ - SizeOfPageHeaderData :
-		PageGetHeapFreeSpace(page);
-	UnlockReleaseBuffer(buf);
-	return free;
-}
-
-/*
- * lease_add_page adds an empty page to the lease table rel, whose relation
- * extension lock the caller holds, records it in the free space map and
- * returns its number.  The page stays zeroed, as the pages PostgreSQL 15
- * adds in bulk: the first row version put there initializes it.
- */
-static BlockNumber
-lease_add_page(Relation rel)
-{
-	Buffer		buf = ReadBufferExtended(rel, MAIN_FORKNUM, P_NEW,
-										 RBM_ZERO_AND_LOCK, NULL);
-	BlockNumber blk = BufferGetBlockNumber(buf);
-
-	UnlockReleaseBuffer(buf);
-	RecordPageWithFreeSpace(rel, blk, BLCKSZ - SizeOfPageHeaderData);
-	FreeSpaceMapVacuumRange(rel, blk, blk + 1);
-	return blk;
-}
-
-/*
- * lease_make_room points this backend's insertion target of the lease
- * table rel (RelationSetTargetBlock, which heap_update and heap_insert try
- * first) at a page with room for a row version of need bytes outside the
- * page it is on: the target itself if it has room; else the first page
- * that has room once it is pruned (every page is, and its free space is
- * recorded in the free space map), and it makes sure a second page has
- * room too, a spare that PostgreSQL finds in the free space map when the
- * target fills up first; pages it adds for them are new.  Does nothing for
- * a table of more than ROOM_MAX_PAGES pages.  Pages are added under the
- * relation extension lock, only if no backend added one since the scan,
- * and recorded in the free space map before the lock is released, so a
- * backend that waited for the lock (PostgreSQL's own extension) finds them
- * and adds none on 15.  Takes no lock but that one, and that one holding no
- * buffer lock (design.md §4; the argument is in the header).
- */
-static void
-lease_make_room(Relation rel, Size need)
-{
-	Size		want;
-	BlockNumber blk = RelationGetTargetBlock(rel);
-	BlockNumber nblocks;
-	BlockNumber room = InvalidBlockNumber;
-	int			rooms = 0;
-
-	/* what heap_update and heap_insert ask of a page that is not the row's */
-	want = MAXALIGN(need) +
-		RelationGetTargetPageFreeSpace(rel, HEAP_DEFAULT_FILLFACTOR);
-	if (BlockNumberIsValid(blk) && lease_page_free(rel, blk, false) >= want)
-		return;
-	/* the table cannot shrink while this backend holds a lock on it */
-	nblocks = RelationGetNumberOfBlocks(rel);
-	if (nblocks > ROOM_MAX_PAGES)
-		return;
-	for (blk = 0; blk < nblocks; blk++)
-	{
-		Size		free = lease_page_free(rel, blk, true);
-
-		RecordPageWithFreeSpace(rel, blk, free);
-		if (free < want)
-			continue;
-		if (rooms++ == 0)
-			room = blk;
-	}
-	if (nblocks > 0)
-		FreeSpaceMapVacuumRange(rel, 0, nblocks);
-	if (rooms < 2)
-	{
-		LockRelationForExtension(rel, ExclusiveLock);
-		if (RelationGetNumberOfBlocks(rel) == nblocks)
-		{
-			for (; rooms < 2; rooms++)
-			{
-				blk = lease_add_page(rel);
-				if (!BlockNumberIsValid(room))
-					room = blk;
-			}
-		}
-		else if (!BlockNumberIsValid(room))
-			room = GetPageWithFreeSpace(rel, want); /* another backend's */
-		UnlockRelationForExtension(rel, ExclusiveLock);
-	}
-	if (BlockNumberIsValid(room))
-		RelationSetTargetBlock(rel, room);
-}
-
-/*
  * lease_make_room_for_update runs before the update of the version at
  * row->tid when its page looked too full for the new one: prunes that page
- * if it can (heap_page_prune_opt; lease_row_from_slot copied the version
- * out, so this backend's own pin is not in the way), and when it still has
- * no room, makes room elsewhere (lease_make_room).
+ * if it can, and makes room elsewhere when it still has none
+ * (DlockLeaseMakeRoomForUpdate; lease_row_from_slot copied the version
+ * out, so this backend's own pin is not in the way).
  */
 static void
 lease_make_room_for_update(LeaseAccess *la, LeaseRow *row)
 {
-	Buffer		buf;
-	Size		free;
-
 	Assert(row->tight && lease_is_heap(la->rel));
-	buf = ReadBuffer(la->rel, ItemPointerGetBlockNumber(&row->tid));
-	heap_page_prune_opt(la->rel, buf);
-	/* without the lock, as before: a hint */
-	free = PageGetHeapFreeSpace(BufferGetPage(buf));
-	ReleaseBuffer(buf);
-	if (free < row->need)
-		lease_make_room(la->rel, row->need);
+	DlockLeaseMakeRoomForUpdate(la->rel, &row->tid, row->need);
 }
 
 /*
@@ -832,7 +560,7 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 			 * keeps what it can see.
 			 */
 			if (lease_is_heap(la.rel))
-				lease_make_room(la.rel, lease_new_row_size(lock_name, owner));
+				DlockLeaseMakeRoom(la.rel, lease_new_row_size(lock_name, owner));
 			UnregisterSnapshot(snapshot);
 			result = DLOCK_TAKE_NO_ROW;
 			break;
@@ -876,19 +604,8 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		prev->owner = NULL;
 		if (row.f.owner != NULL && !row.f.released && DlockEventsWantOwner())
 			prev->owner = lease_owner_copy(row.f.owner);
-		*token = nextval_internal(seqrelid, true);
-
-		/*
-		 * Tokens of a name only grow: they come from one sequence, drawn
-		 * after the last grant.  A sequence found behind the row was set
-		 * back or left behind by a copy: it jumps past the row, and the
-		 * token is drawn again (DlockTokenJumpPast).
-		 */
-		if (*token <= row.f.token)
-		{
-			(void) DlockTokenJumpPast(seqrelid, row.f.token);
-			*token = nextval_internal(seqrelid, true);
-		}
+		/* tokens of a name only grow (token.c) */
+		*token = DlockTokenDrawAbove(seqrelid, row.f.token);
 		Assert(*token > row.f.token);
 
 		/* the token changes: the fence cache must not answer meanwhile */
@@ -1335,94 +1052,4 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 	if (idx != NULL)
 		index_close(idx, NoLock);
 	table_close(rel, NoLock);
-}
-
-/*
- * DlockMarkLock is the common case of mode 'seen' (mark.c) without SPI:
- * it looks the mark of (owner, lock_name) up in the mark table relid
- * (whose primary key is on columns att_owner, a regrole, and att_name,
- * text in the "C" collation) with a fresh snapshot, locks the visible
- * version FOR NO KEY UPDATE, waiting, and following a concurrently changed
- * row to its newest version as READ COMMITTED does, sets *token to that
- * version's column att_token, and returns DLOCK_MARK_LOCKED.  Anything
- * else (no row, a row deleted or changed in a way it does not follow, a
- * SERIALIZABLE transaction, which needs SSI's predicate locks of the SQL
- * statement) returns DLOCK_MARK_UNSURE and locks nothing new: the caller
- * then runs the SQL statement, which handles every case.  Takes
- * RowShareLock on the table and AccessShareLock on its index, kept until
- * the transaction ends.  Evaluates no user-defined function.
- */
-DlockMarkLockResult
-DlockMarkLock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
-			  AttrNumber att_token, Oid owner, text *lock_name, int64 *token)
-{
-	Relation	rel;
-	Relation	idx;
-	Oid			pkey;
-	Snapshot	snap;
-	TupleTableSlot *slot;
-	IndexScanDesc scan;
-	ScanKeyData keys[2];
-	bool		found;
-	DlockMarkLockResult result = DLOCK_MARK_UNSURE;
-
-	if (IsolationIsSerializable())
-		return DLOCK_MARK_UNSURE;
-	rel = table_open(relid, RowShareLock);
-	pkey = DlockPrimaryKeyIndex(rel);
-	if (!OidIsValid(pkey))
-	{
-		table_close(rel, NoLock);
-		return DLOCK_MARK_UNSURE;
-	}
-	idx = index_open(pkey, AccessShareLock);
-	if (IndexRelationGetNumberOfKeyAttributes(idx) != 2 ||
-		idx->rd_index->indkey.values[0] != att_owner ||
-		idx->rd_index->indkey.values[1] != att_name)
-	{
-		index_close(idx, NoLock);
-		table_close(rel, NoLock);
-		return DLOCK_MARK_UNSURE;
-	}
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
-	scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	/* no index page stays pinned while the lock below waits */
-	index_endscan(scan);
-	if (found)
-	{
-		ItemPointerData tid = slot->tts_tid;
-		TM_FailureData tmfd;
-
-		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
-							 LockTupleNoKeyExclusive, LockWaitBlock,
-							 TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS |
-							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
-							 &tmfd) == TM_Ok)
-		{
-			bool		isnull;
-			Datum		d = slot_getattr(slot, att_owner, &isnull);
-
-			/* the newest version is still the mark of (owner, lock_name) */
-			if (!isnull && DatumGetObjectId(d) == owner &&
-				slot_has_name(slot, att_name, lock_name))
-			{
-				d = slot_getattr(slot, att_token, &isnull);
-				Assert(!isnull);
-				*token = DatumGetInt64(d);
-				result = DLOCK_MARK_LOCKED;
-			}
-		}
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	index_close(idx, NoLock);
-	table_close(rel, NoLock);
-	return result;
 }

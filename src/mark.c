@@ -76,8 +76,12 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
@@ -85,8 +89,11 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -105,6 +112,122 @@ typedef struct MarkCheckOp
 	bool		accepted;		/* out */
 	int64		mark;			/* out: the mark when rejected */
 } MarkCheckOp;
+
+/* What mark_lock did. */
+typedef enum MarkLockResult
+{
+	MARK_LOCKED,				/* the mark is locked; its token read */
+	MARK_UNSURE					/* nothing done: run the SQL statement */
+} MarkLockResult;
+
+/*
+ * mark_slot_has_name reports whether column att_name of the version in
+ * slot is lock_name.
+ */
+static bool
+mark_slot_has_name(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att_name, &isnull);
+	text	   *name;
+
+	if (isnull)
+		return false;
+	name = DatumGetTextPP(d);
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
+ * mark_lock is the common case of mode 'seen' without SPI:
+ * it looks the mark of (owner, lock_name) up in the mark table relid
+ * (whose primary key is on columns att_owner, a regrole, and att_name,
+ * text in the "C" collation) with a fresh snapshot, locks the visible
+ * version FOR NO KEY UPDATE, waiting, and following a concurrently changed
+ * row to its newest version as READ COMMITTED does, sets *token to that
+ * version's column att_token, and returns MARK_LOCKED.  Anything
+ * else (no row, a row deleted or changed in a way it does not follow, a
+ * SERIALIZABLE transaction, which needs SSI's predicate locks of the SQL
+ * statement) returns MARK_UNSURE and locks nothing new: the caller
+ * then runs the SQL statement, which handles every case.  Takes
+ * RowShareLock on the table and AccessShareLock on its index, kept until
+ * the transaction ends.  Evaluates no user-defined function.
+ */
+static MarkLockResult
+mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
+		  AttrNumber att_token, Oid owner, text *lock_name, int64 *token)
+{
+	Relation	rel;
+	Relation	idx;
+	Oid			pkey;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	bool		found;
+	MarkLockResult result = MARK_UNSURE;
+
+	if (IsolationIsSerializable())
+		return MARK_UNSURE;
+	rel = table_open(relid, RowShareLock);
+	pkey = DlockPrimaryKeyIndex(rel);
+	if (!OidIsValid(pkey))
+	{
+		table_close(rel, NoLock);
+		return MARK_UNSURE;
+	}
+	idx = index_open(pkey, AccessShareLock);
+	if (IndexRelationGetNumberOfKeyAttributes(idx) != 2 ||
+		idx->rd_index->indkey.values[0] != att_owner ||
+		idx->rd_index->indkey.values[1] != att_name)
+	{
+		index_close(idx, NoLock);
+		table_close(rel, NoLock);
+		return MARK_UNSURE;
+	}
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	/* no index page stays pinned while the lock below waits */
+	index_endscan(scan);
+	if (found)
+	{
+		ItemPointerData tid = slot->tts_tid;
+		TM_FailureData tmfd;
+
+		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
+							 LockTupleNoKeyExclusive, LockWaitBlock,
+							 TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS |
+							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+							 &tmfd) == TM_Ok)
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, att_owner, &isnull);
+
+			/* the newest version is still the mark of (owner, lock_name) */
+			if (!isnull && DatumGetObjectId(d) == owner &&
+				mark_slot_has_name(slot, att_name, lock_name))
+			{
+				d = slot_getattr(slot, att_token, &isnull);
+				Assert(!isnull);
+				*token = DatumGetInt64(d);
+				result = MARK_LOCKED;
+			}
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	return result;
+}
 
 /*
  * mark_check_op is the body of DlockMarkCheck; a StoreOp.  Its result
@@ -141,9 +264,9 @@ mark_check_op(void *arg)
 
 		/* the common case directly, the rest by the statement */
 		locked = (round == 0 &&
-				  DlockMarkLock(markrelid, att_owner, att_name, att_token,
+				  mark_lock(markrelid, att_owner, att_name, att_token,
 								m->table_owner, m->lock_name,
-								&mark) == DLOCK_MARK_LOCKED);
+								&mark) == MARK_LOCKED);
 		if (!locked &&
 			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
 		{

@@ -1,163 +1,27 @@
 /*-------------------------------------------------------------------------
  *
  * src/notifier.c
- *	  The notifier: one background worker per database that sends dlock's
- *	  lease events, so that a listener can tell them from anyone else's
- *	  NOTIFY by the sender's pid (the dlock_notifier view shows it).
+ *	  The notifier: one background worker per database that sends the lease
+ *	  events (events.c) as NOTIFY on channel dlock, and the databases'
+ *	  queues of events in shared memory.
  *
- * Committers never NOTIFY.  At pre-commit, a transaction whose lease
- * changes are to be sent (events.c) appends their payloads, tagged with
- * its top-level transaction id, to its database's queue in shared memory,
- * and sets the notifier's latch once it has committed or aborted.  The
- * notifier, a background worker connected to that database, takes the
- * records in queue order; for each transaction it waits until the
- * transaction is no longer in progress, then sends its records
- * (Async_Notify, in transactions of the notifier's own) if it committed
- * and drops them if it did not.  So:
+ * Owns the notifiers' slots, queues (rings of dlock.notify_queue_size kB)
+ * and stop marks in shared memory, starting a notifier on demand and its
+ * exit when idle (dlock.notifier_idle_timeout) with its notifier_exit
+ * event, the ProcessUtility_hook that stops it before DROP DATABASE and
+ * the other commands that need a database without connections, and what
+ * the dlock_notifier view shows.  Why listeners hear only of committed
+ * changes, and of one name's in commit order, why no committer waits for
+ * the notifier, and the notifier's life are design.md §16.
  *
- *   - listeners hear only of committed changes, once the change is
- *     visible to others (a transaction stops being in progress after its
- *     commit record, after clog, when it leaves the proc array), never of
- *     rolled-back ones; what a rolled-back savepoint made never reaches the
- *     queue (events.c);
- *   - the events of one lock name arrive in the order its changes
- *     committed.  A change of a lease row holds the row's lock (or, for a
- *     name's first row, dlock's name lock and the new row) until its
- *     transaction ends, and no other change of that name can be made
- *     before then (design.md section 5, src/store.c): a later change of
- *     the name reaches pre-commit, and the queue, only after the earlier
- *     one's transaction has ended, so after its append.  The notifier
- *     sends in queue order, from one process whose transactions commit one
- *     after the other, and PostgreSQL delivers notifications in commit
- *     order; a database's next notifier attaches only after the last one
- *     has left the slot, after its last commit (or its death);
- *   - a committer never waits for the notifier and never takes
- *     PostgreSQL's notification lock (PreCommit_Notify's cluster-wide
- *     lock, held until the commit has ended): appending is a copy into
- *     shared memory under this file's LWLock, and a queue without room
- *     for the transaction's records takes one "overflow" record in their
- *     place (or nothing, when even that does not fit), with a WARNING and
- *     a count in dlock_notifier.events_dropped;
- *   - the notifier commits with synchronous_commit = off: its commits wait
- *     neither for a WAL flush nor for a synchronous standby (a lost
- *     notifier commit only loses notifications, which a crash loses
- *     anyway).  It sends nothing while PostgreSQL's notification queue is
- *     more than half full (a listener stopped reading), dropping and
- *     counting what it would have sent, and sends one "overflow" event for
- *     them once it can send again.  PostgreSQL merges identical
- *     notifications of one transaction, so the notifier never puts two
- *     "overflow" events into one transaction;
- *   - a PREPAREd transaction never reaches pre-commit and appends nothing.
- *
- * The notifier resolves transactions in a transaction of its own under a
- * snapshot it holds while it looks: TransactionIdIsInProgress answers
- * "not running" for an xid below RecentXmin without looking, and may read
- * pg_subtrans, which is kept only back to the oldest xmin of the running
- * processes (and asserts that the xid is not below TransactionXmin); a
- * fresh snapshot sets both, and holding it keeps pg_subtrans from being
- * truncated past them (procarray.c and subtrans.c of 15, 17 and 18).  A
- * record whose transaction cannot be resolved (the lookup raises: its
- * clog segment truncated, say) is dropped and counted, and so are the
- * later records of that transaction, without another lookup.
- *
- * The notifier's life: the first committer of a database with records to
- * send registers it (RegisterDynamicBackgroundWorker, never restarted by
- * the postmaster); it attaches to its database's slot (a start
- * generation in bgw_extra makes a late or second worker exit at once),
- * connects as the bootstrap superuser (so only superusers can signal it),
- * and runs until it has had nothing to do for dlock.notifier_idle_timeout
- * (its queue empty, no transaction to wait for), a database command
- * needs it gone, a superuser terminates it, or the server stops; the next
- * committer with records starts another.  When no background worker slot
- * is free (max_worker_processes), the database's queued records are
- * dropped with a WARNING and counted.  A registered worker that has not
- * attached after NOTIFIER_START_TIMEOUT_MS is taken as lost and
- * registered again.
- *
- * Its last word: before a notifier exits because it was idle or because a
- * database command stopped it, it sends a "notifier_exit" event, in a
- * transaction of its own (after the "overflow" event for changes it
- * dropped and has not told of, when PostgreSQL's queue has room; else
- * that count stays in the slot for the next notifier).  A listener drops
- * the sender's pid from the pids it accepts (docs/sql-reference.md), so
- * that a later notification from that pid, which could come from a
- * process that reused it, makes it read dlock_notifier again.  That read
- * must never show the pid of a notifier that has said its last word and
- * may be gone: the notifier marks its slot EXITING (the view shows no
- * pid) before it commits the event, under the lock, and from EXITING it
- * either leaves the slot (NONE) and exits, or, when records were queued
- * after an idle notifier decided to leave, becomes RUNNING again, alive,
- * so the view shows the pid again only while no other process can have
- * it.  While a notifier is EXITING, committers queue records, wake it and
- * start nobody.  A notifier that cannot commit its exit event stays when
- * it was idle, and exits without it when a command stopped it.  A
- * notifier terminated by a superuser (SIGTERM: die) or ended by a FATAL
- * error sends no exit event: listeners keep its pid until they read the
- * view for another reason (docs/sql-reference.md says so).
- *
- * Database commands: DROP DATABASE, CREATE DATABASE (from its template:
- * the one named, or template1 when none is, in 15, 17 and 18), ALTER
- * DATABASE ... RENAME and ... SET TABLESPACE fail while another process
- * is connected to the database (CountOtherDBBackends waits 5 s, in 15, 17
- * and 18).  dlock's ProcessUtility_hook (every backend has it: dlock is
- * preloaded) stops that database's notifier first, but only for a command
- * that gets that far: one that passes the checks PostgreSQL makes before
- * that wait, which command_database repeats (from dbcommands.c and
- * utility.c of 15, 17 and 18): a read-only transaction, a transaction
- * block or function where the command refuses to run, ownership of the
- * database (for the template of CREATE DATABASE: ownership or its
- * datistemplate flag), CREATEDB (RENAME, CREATE), the names that must
- * exist or be free, the current database, the tablespace (exists, CREATE
- * on it, not pg_global, not the database's own).  What it does not repeat
- * needs the command's own work (CREATE's encoding, locale and other
- * options; the other sessions connected, which the command waits for) or
- * privileges beyond these (DROP's active replication slots and
- * subscriptions): only a role that passed the checks above can fail
- * those, so the roles that can stop a notifier stay the database's owner
- * (and superusers) and, for a template, the roles with CREATEDB.  The hook
- * sets its stop mark (below), sets the notifier's latch and waits up to
- * NOTIFIER_EXIT_WAIT_MS for it to send its exit event and leave the proc
- * array, then sends it SIGTERM and waits until NOTIFIER_STOP_WAIT_MS have
- * passed in all; it runs the command and clears its mark; after a DROP
- * it frees the slot and drops its records, otherwise it starts a
- * notifier again when records are queued.  A worker that finds its
- * database marked exits before connecting; a running one leaves.
- *
- * Stop marks: one entry per backend (by PGPROC number) naming the database
- * whose notifier its command needs gone, and a count of the entries in
- * use.  A database's notifier does not start, attach or keep running
- * while any entry names it: two commands on one database each have their
- * own mark, and a database that has no slot yet is covered as well.  A
- * backend clears its entry after its command, on ERROR (the hook) and at
- * exit (a before_shmem_exit callback, for FATAL); a crash resets shared
- * memory.  A backend marks one database at a time: a database command run
- * while its own backend's mark is set (by another hook, say) does not
- * stop anything.
- *
- * Without preload there is no shared memory and no notifier: dlock.notify
- * then sends nothing (events.c warns once per session), and the view has
- * no rows.  dlock.notify_queue_size = 0 does the same with preload.
- *
- * Memory: one slot per possible notifier (max_worker_processes), each
- * with a ring of dlock.notify_queue_size kB for its database's records,
- * and one stop mark per PGPROC.
- * A record (NotifyRecord, MAXALIGNed) never wraps: a writer that reaches
- * the ring's end marks the rest unused (size 0) and goes on at its start.
- * head and tail are byte counts that only grow; the ring holds
- * head - tail bytes.
- *
- * Concurrency: the "dlock notify" LWLock (one, its own tranche).
- * Exclusive to take, reassign or free a slot, to append records (move
- * head), to move tail, to change a slot's state, pid or counters, and to
- * set or clear a stop mark; shared to read them (the view, the wake-up,
- * the notifier's look at head and at the marks).  The bytes from tail to
- * head are written only by an appender before it moves head, and read
- * only by the slot's notifier, which alone moves tail, after it is done
- * with them; an appender writes only between head and tail + ring size,
- * which it reads under the lock.  So the notifier reads records without
- * the lock.  Lock order: no other lock is taken under this one, nothing
- * waits under it, and latches are set and signals sent after it is
- * released.
+ * Concurrency: the "dlock notify" LWLock (its own tranche).  Exclusive to
+ * take, reassign or free a slot, to append records (move head), to move
+ * tail, to change a slot's state, pid or counters, and to set or clear a
+ * stop mark; shared to read them.  The bytes from tail to head are written
+ * only by an appender before it moves head, and read only by the slot's
+ * notifier, which alone moves tail, so it reads records without the lock.
+ * No other lock is taken under this one, nothing waits under it, and
+ * latches are set and signals sent after it is released.
  *
  * Copyright (c) 2026, the dlock authors
  *

@@ -98,6 +98,7 @@
 #include "access/xlog.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -390,7 +391,7 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
 }
 
 /*
- * DlockTokenJumpPast moves the token sequence seqrelid, durably, above
+ * token_jump_past moves the token sequence seqrelid, durably, above
  * floor (a token a lease row already carries) when its last value is not
  * above it, and returns true when it moved it.  That cannot happen while
  * the sequence and the lease table move together; it happens when they
@@ -400,8 +401,8 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
  * token jump, to max(floor + 1, the clock), and a WARNING tells the
  * operator.  Takes the token lock.  Must run as the sequence's owner.
  */
-bool
-DlockTokenJumpPast(Oid seqrelid, int64 floor)
+static bool
+token_jump_past(Oid seqrelid, int64 floor)
 {
 	LOCKTAG		tag;
 	volatile bool jumped = false;
@@ -457,6 +458,28 @@ token_flush_wal(Oid seqrelid)
 	relation_close(seqrel, AccessShareLock);
 
 	XLogFlush(lsn);
+}
+
+/*
+ * DlockTokenDrawAbove draws the token of a takeover from the token
+ * sequence seqrelid (nextval), above floor, the token the name's row
+ * carries: tokens of a name only grow, since they come from one sequence,
+ * drawn after the last grant.  A sequence found behind the row was set
+ * back or left behind by a copy: it jumps past the row (token_jump_past),
+ * and the token is drawn again.  Must run as the sequence's owner.
+ */
+int64
+DlockTokenDrawAbove(Oid seqrelid, int64 floor)
+{
+	int64		token = nextval_internal(seqrelid, true);
+
+	if (token <= floor)
+	{
+		(void) token_jump_past(seqrelid, floor);
+		token = nextval_internal(seqrelid, true);
+	}
+	Assert(token > floor);
+	return token;
 }
 
 /*

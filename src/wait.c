@@ -5,157 +5,26 @@
  *	  expiry, and any-of waiters woken by a change of one of their own
  *	  names, when dlock is preloaded; bounded polling when it is not.
  *
- * Queues.  With shared_preload_libraries = 'dlock' (shmem.c), an acquire
- * that must wait takes its backend's waiter slot, which puts it at the end
- * of the queue of its name.  A queue is a database and a name, exactly:
- * the slot holds its database, the name's bytes and its DlockNameHash
- * (name_hash.c, a keyed hash no role can make collide), and every decision
- * about a queue (its head, whether this backend heads it, the head a
- * transaction's end wakes, the next waiter queue_leave wakes, the position
- * dlock_waiters shows) compares the database, the hash and the name's
- * bytes.  So a waiter of one name never stands in another name's queue,
- * and waiters of the same name in another database (another lease table)
- * never stand in the way.  Only the head of a queue attempts to take the
- * lease; the others sleep until they become the head.  The head sleeps
- * until the lease it saw expires, or until it is woken, or until its
- * deadline.  Wake the head of a queue:
+ * Owns the queues (a database and an exact name: database, DlockNameHash
+ * and the name's bytes decide), the any-slots of dlock_acquire_any and
+ * their sets in the DSA area (wait_shmem.c), the wake-ups a transaction's
+ * end makes (DlockWakeAtXactEnd records the names, DlockWaitXactEnd,
+ * called by xact.c, wakes), the backoff of polling, and what the
+ * dlock_waiters view shows.  The protocol, and why no wake-up is lost and
+ * the work of a transaction's end is bounded, is design.md §15 (§6 for the
+ * rules).
  *
- *   - at the end (commit or abort) of every transaction that changed the
- *     name's lease: acquire, renew, release, break.  So a release wakes a
- *     waiter only once it has committed, and a rolled-back release wakes
- *     one that then finds the lease still held and sleeps again;
- *   - when the head leaves the queue without the lease (timed out,
- *     cancelled or terminated), so the next waiter takes its turn.  A head
- *     that got the lease leaves the next one asleep: the end of its own
- *     transaction, which changed the lease, wakes it.
- *
- * A new waiter queues behind existing waiters of its name without trying
- * first, so waiters are served in arrival order; an acquire that does not
- * wait (wait = 0) is not queued and can take a free lease before them.
- * When the lease row is held by an open transaction that changes nothing
- * a waiter is woken for (a 'live' fenced write locks it), the head cannot
- * know when to retry, so it polls with the backoff below while that lasts.
- *
- * dlock_acquire_all waits in the queue of the first name of its set that it
- * could not get (lease.c's set acquire), and moves to the end of another
- * name's queue when a later attempt is refused by that name instead
- * (leaving the first queue wakes its next waiter, as any waiter that
- * leaves without the lease does); its slot then holds that name, so it
- * always stands in the queue of the name it holds.
- *
- * Any-of waiters.  dlock_acquire_any waits for whichever of its names
- * frees first, so it is in no single queue: its slot is an any-slot, never
- * a queue's head.  It publishes the sorted distinct hashes of its names,
- * with one "changed" bit per hash, in dlock's DSA area (shmem.c), and
- * marks the hash buckets of its names (a cheap pre-filter).  A transaction
- * that changed names wakes an any-slot of its own database only when one
- * of those names is among the slot's hashes, and sets the bits of those
- * hashes; the woken waiter attempts exactly the names whose bits it finds
- * set (several names of one hash: each of them), in array order, so it
- * still takes the first free name in array order among them, and never
- * attempts its whole list because of a wake.  Besides, it attempts a name
- * when the lease it saw on that name reaches its expiry (or, when an open
- * transaction was changing it, at the backoff below), and its whole list
- * once before it starts to wait and once just after joining.  A change of
- * a name it does not wait for, or in another database, costs it nothing;
- * equal hashes of distinct names happen only by chance (the hash is keyed)
- * and then cost one needless attempt.  Any-waiters are not served in FIFO
- * order among themselves: they race at each release.
- *
- * How a transaction wakes (DlockWakeAtXactEnd records the names it
- * changed, their bytes and hashes, in TopTransactionContext, which lives
- * until its end callbacks have run; no number of names is too many):
- *
- *   - at pre-commit (XACT_EVENT_PRE_COMMIT, where an error
- *     is still allowed), if some bucket of its names has waiters, it
- *     attaches to the DSA area, and under the LWLock held shared it
- *     records every any-slot of its database whose hashes include one of
- *     its names, with the positions of those hashes, and the next ticket
- *     (every slot present then has a lower one).  Mapping a slot's set may
- *     map a dynamic shared memory segment, which can fail: here it only
- *     fails the commit, where after the commit it would be a PANIC;
- *   - at commit (after ProcArrayEndTransaction: its changes are visible to
- *     every new snapshot), after a memory barrier, if some bucket of its
- *     names has waiters, under the LWLock held shared: it finds the head
- *     of each of its names' queues in its database; it sets the recorded
- *     bits of every recorded any-slot still there with the same ticket
- *     (through the addresses mapped at pre-commit: nothing here can fail);
- *     and it hands every any-slot of its database that joined after the
- *     pre-commit pass (a higher ticket) and marks a bucket of its names the
- *     hashes of those names, in the slot's ring (DLOCK_ANY_RING hashes
- *     under the slot's spinlock; more set any_rescan, which makes the
- *     waiter attempt every name once).  Such a late slot filters the ring
- *     with its own list, so a name it does not wait for still costs it no
- *     attempt.  Then it sets the latches, after releasing the LWLock;
- *   - at abort, the same for queue heads, and any-slots get the hashes in
- *     their rings as far as they fit, never a rescan: a rolled-back change
- *     changed nothing an any-waiter could miss (while the transaction was
- *     open, its attempts saw the old lease, or a row being changed, which
- *     it polls), so the ring only spares it the rest of a poll.  At
- *     PREPARE queue heads only, since nothing is visible until COMMIT
- *     PREPARED, which wakes nobody (waiters find out at the expiry they
- *     saw, or by polling a locked row).
- *
- * The work a transaction's end costs is bounded whatever others wait for:
- * nothing when nobody waits in its database (db_waiters, a count per
- * database OID mod DLOCK_WAIT_DBS), else one pass over the buckets of its
- * names and, when one has waiters, one pass over the slots at pre-commit
- * and one at commit, each skipping the slots of other databases at once;
- * an any-slot of its database costs a binary search per name (of the
- * smaller list in the larger).  A late
- * any-slot can be made to attempt its whole list only by a transaction
- * whose commit overlapped the slot's joining, so at most once per
- * concurrent transaction per waiting call.
- *
- * A slot also describes its call for the dlock_waiters view (pid,
- * database, role, the name, kind, deadline), written when it is taken, and
- * counts the call's attempts (attempts: each try of the name or of the
- * whole set, and for dlock_acquire_any each name tried).  A call counts as
- * a wait for dlock_stats (stats.c) when it first queues or, polling,
- * first sleeps (wait_begins).
- *
- * Without preload, every waiter polls: it retries with a backoff from
- * DLOCK_BACKOFF_MIN_MS doubling to DLOCK_BACKOFF_MAX_MS, or at the expiry
- * of the lease it saw if that comes first, never past its deadline (an
- * any-waiter retries its whole list each time).
- *
- * All sleeps are WaitLatch on the process latch (no CPU, no busy loop)
- * with dlock's wait event (DlockWaitEvent: DlockLeaseWait from PostgreSQL
- * 17 on, the generic Extension before).  Query cancel, statement_timeout
- * and termination set the latch and are served by CHECK_FOR_INTERRUPTS();
- * postmaster death ends the process (WL_EXIT_ON_PM_DEATH).  A waiter gives
- * up its slot (and frees its set in the DSA area) on every way out:
- * normally, on ERROR (PG_FINALLY), and on FATAL or exit (before_shmem_exit
- * callback).
- *
- * Concurrency: slots are taken and given up under the dlock LWLock in
- * exclusive mode, and scanned in shared mode (shmem.c).  An any-slot's set
- * is allocated before the LWLock is taken and freed after it is released;
- * a waker reads it, and sets its bits (atomic OR), only under the LWLock
- * held shared while the slot holds it (same ticket), so it is never freed
- * under a waker.  The ring is written by wakers and emptied by its waiter
- * under the slot's spinlock.  No row lock, name lock or LWLock is held
- * while sleeping; each attempt (store_ops.c) keeps no lock when it fails.
- * Lost wake-ups cannot happen:
- *   - the latch is reset before each attempt (and before an any-waiter
- *     collects its bits and ring), and a waker sets the bits or the ring
- *     before it sets the latch, so a wake between the collection and the
- *     sleep ends the sleep at once;
- *   - a waiter counts itself in db_waiters (its database's) and in
- *     bucket_waiters (full-barrier atomics), in every bucket it marks,
- *     before its first attempt in that queue (an any-waiter: before its
- *     attempt of every name just after joining), and the waker reads
- *     those counts after its transaction is visible to new snapshots
- *     (XACT_EVENT_COMMIT comes after ProcArrayEndTransaction) and after a
- *     memory barrier.  So either the waker sees the waiter, or the
- *     waiter's attempt sees the committed change;
- *   - a waker that sees the waiter: a queue waiter is found by its name; an
- *     any-slot either was there at the waker's pre-commit pass, and is
- *     found in it when one of its hashes is a changed name's (and its bits
- *     are set at commit, after the change is visible), or joined after
- *     that pass, and gets the changed hashes of its buckets (or a rescan)
- *     in its ring.  Either way the waiter attempts the changed name after
- *     the waker's commit is visible.
+ * Concurrency: slots are taken and given up under the dlock LWLock held
+ * exclusively, and scanned under it held shared (wait_shmem.c).  An
+ * any-slot's set is allocated before the LWLock is taken and freed after
+ * it is released; a waker reads it and sets its bits (atomic OR) only
+ * under the LWLock held shared while the slot holds it (same ticket).
+ * The ring is written by wakers and emptied by its waiter under the slot's
+ * spinlock.  Latches are set after the LWLock is released.  No row lock,
+ * name lock or LWLock is held while sleeping.  A wake-up is never lost:
+ * the latch is reset before each attempt, a waiter counts itself in
+ * db_waiters and bucket_waiters before its first attempt in a queue, and
+ * the waker reads those counts after its commit is visible.
  *
  * Copyright (c) 2026, the dlock authors
  *
