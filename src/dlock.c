@@ -42,6 +42,7 @@ _PG_init(void)
 	DlockStatsInit();
 	DlockEventsInit();
 	DlockNotifierInit();
+	DlockNotifierCommandInit();
 	DlockWaitInit();
 	DlockTokenInit();
 	DlockXactInit();

@@ -17,8 +17,6 @@
 #ifndef DLOCK_FENCE_CACHE_H
 #define DLOCK_FENCE_CACHE_H
 
-#include "postgres.h"
-
 #include "access/xact.h"
 #include "storage/itemptr.h"
 #include "utils/relcache.h"

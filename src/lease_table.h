@@ -17,8 +17,6 @@
 #ifndef DLOCK_LEASE_TABLE_H
 #define DLOCK_LEASE_TABLE_H
 
-#include "postgres.h"
-
 #include "access/attnum.h"
 #include "datatype/timestamp.h"
 #include "utils/relcache.h"

@@ -2,10 +2,14 @@
  *
  * src/token.c
  *	  Token jumps: keeping fencing tokens increasing across crash,
- *	  failover and restore.  Part of the store layer; store.c calls it,
- *	  as the extension's owner, before it draws a token.
+ *	  failover and restore, and a takeover's draw of a token.  Part of the
+ *	  store layer: called only by the store (store_ops.c before a grant and
+ *	  after it, store_cache.c when its cache is rebuilt, lease_change.c for
+ *	  a takeover's token), as the extension's owner.
  *
- * Tokens come from the sequence dlock_token_seq (store.c).  A sequence
+ * Tokens come from the sequence dlock_token_seq: a takeover draws its
+ * token here (DlockTokenDrawAbove), a name's first row by the nextval() of
+ * store.c's INSERT statement.  A sequence
  * alone only moves forward while its WAL survives: a crash loses the
  * unflushed tail of WAL, a promoted asynchronous standby never saw the
  * primary's last records, and a restore brings back an older state.  In
