@@ -146,7 +146,7 @@ fence_seen_denied(text *lock_name)
 
 /*
  * fence_verify raises 55T01 unless token passes the fence of mode under
- * lock_name now (the rules and their ordering arguments: the file header,
+ * lock_name now (the rules and their ordering arguments: design.md §17,
  * and mark.c for 'seen'), and in mode 'live' 42501 when token is current
  * but the current user may not act for the lease's holder role (nothing
  * was locked then); relname is for the message (NULL: dlock_check).
@@ -281,7 +281,7 @@ PG_FUNCTION_INFO_V1(dlock_fence);
 PG_FUNCTION_INFO_V1(dlock_check);
 
 /*
- * dlock_fence() is the fencing trigger (the file header gives the rules
+ * dlock_fence() is the fencing trigger (design.md §17 gives the rules
  * and the ordering argument):
  *
  *	- BEFORE INSERT OR UPDATE ... FOR EACH ROW: returns the new row when its

@@ -46,7 +46,9 @@ typedef struct FenceConfig
 
 
 extern bool DlockFenceParseMode(const char *name, DlockFenceMode *mode);
-extern FenceConfig *DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata);
-extern text *DlockFenceLockName(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple, StringInfo buf);
+extern FenceConfig *DlockFenceGetConfig(FunctionCallInfo fcinfo,
+										TriggerData *trigdata);
+extern text *DlockFenceLockName(FenceConfig *config, TriggerData *trigdata,
+								HeapTuple tuple, StringInfo buf);
 
 #endif							/* DLOCK_FENCE_INT_H */

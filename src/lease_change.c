@@ -55,7 +55,7 @@
  * lease_new_row_size estimates the space a name's first row takes on a
  * page (with its line pointer): the header, the two texts and at most 64
  * bytes for the other columns and their alignment.  A hint for
- * lease_make_room; the insert checks the real size.
+ * DlockLeaseMakeRoom; the insert checks the real size.
  */
 static Size
 lease_new_row_size(text *lock_name, text *owner)

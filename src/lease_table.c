@@ -268,7 +268,7 @@ DlockLeaseField(TupleTableSlot *slot, AttrNumber attnum)
 
 /*
  * DlockLeaseIsHeap reports whether the lease table rel is stored by the heap
- * table access method, whose pages lease_make_room and the prune before an
+ * table access method, whose pages DlockLeaseMakeRoom and the prune before an
  * update know (a DBA could change it with ALTER TABLE ... SET ACCESS
  * METHOD; then PostgreSQL alone places row versions).
  */

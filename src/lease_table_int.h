@@ -50,16 +50,21 @@ typedef struct LeaseRow
 
 
 
-extern Relation DlockLeasePkeyOpen(const DlockLeaseTable *table, Relation rel, LOCKMODE lockmode);
-extern bool DlockLeaseLookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name, TupleTableSlot *slot, ItemPointer root);
+extern Relation DlockLeasePkeyOpen(const DlockLeaseTable *table, Relation rel,
+								   LOCKMODE lockmode);
+extern bool DlockLeaseLookup(Relation rel, Relation idx, Snapshot snapshot,
+							 text *lock_name, TupleTableSlot *slot,
+							 ItemPointer root);
 extern void DlockLeaseOpen(LeaseAccess *la, const DlockLeaseTable *table);
 extern void DlockLeaseClose(LeaseAccess *la);
 extern Datum DlockLeaseField(TupleTableSlot *slot, AttrNumber attnum);
 extern bool DlockLeaseIsHeap(Relation rel);
 extern void DlockLeaseRowFromSlot(LeaseAccess *la, LeaseRow *row);
-extern bool DlockLeaseRead(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row);
+extern bool DlockLeaseRead(LeaseAccess *la, Snapshot snapshot, text *lock_name,
+						   LeaseRow *row);
 extern bool DlockLeaseRowLive(LeaseRow *row, TimestampTz now);
-extern TM_Result DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row);
+extern TM_Result DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot,
+								 text *lock_name, LeaseRow *row);
 extern bool DlockLeaseRowBusy(const LeaseRow *row);
 
 #endif							/* DLOCK_LEASE_TABLE_INT_H */

@@ -258,7 +258,7 @@ movedb_database(AlterDatabaseStmt *stmt, bool top_level)
  * command_database returns the database a utility statement needs no
  * other process connected to (DROP DATABASE, CREATE DATABASE from a
  * template, ALTER DATABASE ... RENAME or SET TABLESPACE), when the
- * current user can run it that far (file header), or InvalidOid;
+ * current user can run it that far (design.md §16), or InvalidOid;
  * top_level says it is a top-level statement, *is_drop that it is a DROP
  * DATABASE.
  */

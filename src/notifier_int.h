@@ -58,7 +58,7 @@ typedef enum NotifierState
 	NOTIFIER_RUNNING,			/* attached: pid is set */
 	NOTIFIER_EXITING			/* committing its exit event: pid is set, the
 								 * view shows none, nobody starts another
-								 * (file header) */
+								 * (design.md §16) */
 } NotifierState;
 
 /* A database's queue and notifier. */
@@ -72,7 +72,7 @@ typedef struct NotifierSlot
 	int			procno;			/* its PGPROC number (its latch) */
 	TimestampTz started_at;		/* when it attached */
 	uint64		sent;			/* notifications sent */
-	uint64		dropped;		/* lease changes not sent (file header) */
+	uint64		dropped;		/* lease changes not sent (design.md §16) */
 	int64		unsent;			/* changes dropped and not yet told of by an
 								 * "overflow" event */
 	uint64		queued;			/* records in the ring */
@@ -126,7 +126,8 @@ extern bool DlockNotifierDatabaseStopped(Oid dboid);
 extern void DlockNotifierStopMark(Oid dboid);
 extern void DlockNotifierStopUnmarkLocked(void);
 extern int DlockNotifierSlotOfDatabase(Oid dboid);
-extern bool DlockNotifierSlotStartWanted(NotifierSlot *slot, uint32 *generation);
+extern bool DlockNotifierSlotStartWanted(NotifierSlot *slot,
+										 uint32 *generation);
 extern void DlockNotifierStart(Oid dboid, int slotno, uint32 generation);
 extern void DlockNotifierAtExit(int code, Datum arg);
 

@@ -344,7 +344,7 @@ notifier_pass(void)
 }
 
 /*
- * notifier_leave says this notifier's last word and exits (file header):
+ * notifier_leave says this notifier's last word and exits (design.md §16):
  * in a transaction of its own, the "overflow" event for changes dropped
  * and not told of (when PostgreSQL's notification queue has room) and the
  * "notifier_exit" event, the slot marked EXITING before the commit.

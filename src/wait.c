@@ -359,7 +359,7 @@ DlockWaitCountAttempt(DlockWaitInfo *info)
 
 /*
  * wait_polling retries attempt until it grants the lease or deadline has
- * passed (see the file header).  Returns whether it was granted.
+ * passed (design.md §15).  Returns whether it was granted.
  */
 static bool
 wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
@@ -385,7 +385,7 @@ wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 
 /*
  * wait_queued waits in the queue of info->lock_name until attempt grants
- * the lease or deadline has passed (see the file header), moving to the
+ * the lease or deadline has passed (design.md §15), moving to the
  * queue of the name an attempt reports as refusing it.  Returns whether it
  * was granted.  The slot is given up on every way out.
  */

@@ -302,7 +302,7 @@ any_collect(AnyWait *aw, DlockWaiter *me, pg_atomic_uint32 *changed)
 
 /*
  * any_polling retries every name of aw until one is granted or deadline
- * has passed, without preload (see the file header).
+ * has passed, without preload (design.md §15).
  */
 static bool
 any_polling(AnyWait *aw, TimestampTz deadline)
@@ -326,7 +326,7 @@ any_polling(AnyWait *aw, TimestampTz deadline)
 /*
  * DlockWaitAcquireAny takes one of the n leases that attempt takes (names
  * in array order, with the DlockNameHash values hashes), waiting until
- * deadline in an any-slot (see the file header), and returns whether one
+ * deadline in an any-slot (design.md §15), and returns whether one
  * was granted.  Attempts every name first, and returns after that when
  * deadline has passed (wait = 0).  Raises as DlockWaitAcquire, and when
  * the DSA area cannot hold the names' set (out of memory).
@@ -377,7 +377,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 	for (i = 0; i < nwords; i++)
 		pg_atomic_init_u32(&changed[i], 0);
 
-	/* join: the slot, its buckets, its set (see the file header) */
+	/* join: the slot, its buckets, its set (design.md §15) */
 	me = MY_SLOT();
 	LWLockAcquire(DlockWaitShmem->lock, LW_EXCLUSIVE);
 	Assert(!me->in_use && !DlockWaitSlotTaken);

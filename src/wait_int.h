@@ -73,15 +73,18 @@ typedef struct AnyMatch
 
 extern bool DlockWaitSlotTaken;
 
-extern bool DlockWaitSameBytes(const char *a, int alen, const char *b, int blen);
+extern bool DlockWaitSameBytes(const char *a, int alen, const char *b,
+							   int blen);
 extern bool DlockWaitSameName(text *a, text *b);
 extern int DlockWaitFindU64(const uint64 *arr, int n, uint64 key);
 extern int DlockWaitCmpInt(const void *a, const void *b);
-extern void DlockWaitSlotDescribe(DlockWaiter *me, const DlockWaitInfo *info, TimestampTz deadline);
+extern void DlockWaitSlotDescribe(DlockWaiter *me, const DlockWaitInfo *info,
+								  TimestampTz deadline);
 extern void DlockWaitQueueLeave(bool wake_next);
 extern void DlockWaitRegisterExitCallback(void);
 extern void DlockWaitSleepUntil(TimestampTz wake_at);
-extern TimestampTz DlockWaitNextPoll(TimestampTz now, TimestampTz held_until, long *backoff_ms);
+extern TimestampTz DlockWaitNextPoll(TimestampTz now, TimestampTz held_until,
+									 long *backoff_ms);
 extern void DlockWaitBegins(DlockWaitInfo *info);
 extern void DlockWaitCountAttempt(DlockWaitInfo *info);
 

@@ -142,7 +142,7 @@ pending_has_hash(uint64 hash)
 /*
  * pending_busy reports whether the current database (or another of its
  * class) and some bucket of the pending names count a waiter, after a
- * memory barrier (see the file header).
+ * memory barrier (design.md §15).
  */
 static bool
 pending_busy(void)
@@ -175,7 +175,7 @@ match_add_pos(int j)
 }
 
 /*
- * wake_match_any is the pre-commit pass (see the file header): records
+ * wake_match_any is the pre-commit pass (design.md §15): records
  * the any-slots of this database waiting for some of the pending names,
  * and where their changed bits are.  May raise (it runs where an error
  * still aborts the transaction).
@@ -394,7 +394,7 @@ wake_forget(void)
 
 /*
  * DlockWaitXactEnd runs the pre-commit pass, and wakes when the
- * transaction ends either way (see the file header); xact.c calls it.
+ * transaction ends either way (design.md §15); xact.c calls it.
  * Does nothing until this backend first changed a lease with preload.
  */
 void
