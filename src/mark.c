@@ -6,67 +6,16 @@
  *	  highest token accepted so far for each lock name, kept in the
  *	  extension's table dlock_fence_mark (dumped with the database).  A
  *	  token lower than the mark is rejected; a higher one raises it.  This
- *	  file owns that rule (DlockMarkCheck) and the removal of old marks
- *	  (DlockMarkPurge); fence.c calls them for the trigger and dlock_check.
+ *	  file owns that rule (DlockMarkCheck), the mark's row lock without SQL
+ *	  in the common case, the removal of old marks (DlockMarkPurge), and
+ *	  who may raise and hold them (DlockMarkOwners); fence.c calls them.
  *
- * Mode 'seen' needs no lease here: the token was issued by the lease store
- * elsewhere, and this database only knows the tokens it has been shown.  A
- * token of another lock, or one nobody issued, is accepted when it is not
- * lower than the mark; the writers of a fenced table are trusted to carry
- * the tokens their lease store gave them (docs/guarantees.md).
- *
- * Who may raise or hold a mark.  A mark is kept per lock name and per owner
- * of the fenced tables (the column table_owner): the tables of one owner
- * share their marks, and a write to a table raises and holds the mark of
- * its owner.  The trigger needs nothing more: a role that may write the
- * table is one of its writers.  dlock_check in mode 'seen' has no table:
- * it raises and holds the marks of every owner one of whose tables the
- * caller may write (INSERT, UPDATE, DELETE or TRUNCATE, on the table or an
- * INSERT or UPDATE on one of its columns) and that has an enabled
- * dlock_fence trigger in mode 'seen' whose template can make the name
- * (DlockMarkOwners); a caller with none gets 42501 and locks nothing.  So
- * a role that may write none of an owner's tables fenced by a lock can
- * neither raise (brick) nor hold (block) that owner's mark of it, and a
- * table of its own, fenced by any template it likes, only moves marks of
- * its own.  The tables with 'seen' fences are read from pg_trigger once
- * and kept until the next relcache invalidation (a trigger, an owner or a
- * privilege that changes invalidates its table's entry; store.c counts
- * them).
- *
- * Concurrency: why no write with a lower token commits after one with a
- * higher token.
- *
- * Every accepted check holds the lock name's mark row locked FOR NO KEY
- * UPDATE until its transaction ends: it locks the row (STMT_MARK_LOCK, a
- * SELECT ... FOR NO KEY UPDATE with READ COMMITTED rules: it waits for a
- * transaction that holds the row locked or changed it, then reads the
- * newest version), compares, and when its token is higher updates the row
- * it holds (STMT_MARK_RAISE).  A name with no mark yet gets one by INSERT
- * ... ON CONFLICT DO NOTHING, which makes a concurrent inserter of the
- * same name wait for the first one's transaction and then find its row;
- * the loser starts over and locks that row.  An inserted row is the
- * inserter's until it commits, like a locked one.
- *
- * So the accepted writes under one lock name are serialized by the mark's
- * row lock: say W1 with token t1 committed, and W2 with t2 checks.  Either
- * W2 locked the mark after W1's transaction ended, and read a mark >= t1
- * (W1 left it at max(mark, t1)), so W2 passes only if t2 >= t1; or W2
- * locked it first and W1 waited for W2 to end, which contradicts W1
- * committing first unless W2 rolled back.  A writer rejected for a lower
- * token raises an error, which ends the (sub)transaction and its lock.
- * Hence the tokens of the accepted writes, in commit order, never go
- * down; and a stale holder's write after a newer holder's commit is
- * rejected, which is the seed's rule: the resource rejects a token lower
- * than the highest it has seen.
- *
- * The cost is that writers of one lock name wait for each other's
- * transactions.  Writers of one lock are meant to be one holder, and a
- * transaction that has locked the mark re-checks it for free (checked.c
- * records that the mark is locked, fence.c skips the statement).
- *
- * Everything here runs as one store session (store.c: as the extension's
- * owner, statements with a fresh snapshot under READ COMMITTED rules;
- * in a SERIALIZABLE transaction a mark changed concurrently raises 40001).
+ * Concurrency: every accepted check holds the lock name's mark row (per
+ * owner of the fenced tables) FOR NO KEY UPDATE until its transaction
+ * ends, raising it in place when its token is higher; a name with no mark
+ * yet gets one by INSERT ... ON CONFLICT DO NOTHING.  So the accepted
+ * writes under one name commit in non-decreasing token order: design.md
+ * §18 has the argument.
  *
  * Copyright (c) 2026, the dlock authors
  *

@@ -34,51 +34,14 @@
  * per backend by store_cache.c; a statement is prepared when this backend
  * first runs it, and the plans are dropped when that cache was rebuilt.
  *
- * Concurrency (the locking protocol):
- *
- * - Acquire never waits for another transaction; renew, release and break
- *   may wait for one that changed or locked the same row.  A call that
- *   changes nothing keeps no row lock.  lease_table.c's header gives the
- *   row locks of the direct operations (takeover, renew, release, break,
- *   the 'latest' fence's read).
- *
- * - A name with no row yet is created by INSERT ... ON CONFLICT DO NOTHING.
- *   Two sessions inserting the same new name would make the second wait
- *   for the first's transaction, so an inserter first takes the name lock:
- *   a transaction-scoped advisory lock in dlock's own class
- *   (DLOCK_LOCKTAG_CLASS, so it never collides with the application's
- *   pg_advisory_lock keys) on a 64-bit hash of the name, without waiting.
- *   If it cannot be had, another session is creating the name: held.  If
- *   the INSERT then finds a row after all, the name lock is released at
- *   once; if it inserted, the lock stays until the transaction ends, so
- *   no later inserter can block on the uncommitted row.  Order: name lock,
- *   then the index insertion.  Nobody waits on the name lock, so it cannot
- *   take part in a deadlock.
- *
- * - The 'live' fence locks the lease row FOR KEY SHARE
- *   (DlockLeaseFenceLock), waiting for an uncommitted acquire, takeover or
- *   break of that row (the FOR UPDATE of a takeover conflicts) and then
- *   reading the newest version.  The lock is held until the writer's
- *   transaction ends, so no acquirer can take the lease over before then;
- *   renew and release still can run.  fence.c's header gives the ordering
- *   argument.
- *
- * - Every change of a lease's token or existence (the first INSERT of a
- *   name, a takeover, a purge) opens the name's bucket of the fence cache
- *   before it modifies the row, and the bucket stays open until the
- *   transaction has ended (fence_cache.c's header: why the 'latest' fence
- *   then never reads a stale token from it).
- *
- * - Tokens come from nextval() on the sequence, taken when a lease is
- *   granted (and by an INSERT that then meets a concurrent row), so they
- *   are unique and increasing across all names; a rolled back grant simply
- *   skips its number.
- *
- * - A token must never be handed out twice, also across a crash, a
- *   failover or a restore.  Before its first grant a backend has token.c
- *   check the token identity (and jump the sequence forward when needed),
- *   and after each grant has token.c make the token durable
- *   (DlockTokenMakeDurable; token.c's header says how).
+ * Concurrency: acquire never waits for another transaction; renew,
+ * release and break may wait for one that changed or locked the same row;
+ * a call that changes nothing keeps no row lock.  A name's first row is
+ * created under dlock's name lock (a transaction-scoped advisory lock in
+ * its own class, taken without waiting: it cannot deadlock), then the
+ * index insertion.  Every change of a token or of a row's existence opens
+ * the name's fence cache bucket first.  The whole protocol: design.md
+ * §14, "The store's locking protocol".
  *
  * Copyright (c) 2026, the dlock authors
  *

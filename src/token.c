@@ -7,90 +7,21 @@
  *	  after it, store_cache.c when its cache is rebuilt, lease_change.c for
  *	  a takeover's token), as the extension's owner.
  *
- * Tokens come from the sequence dlock_token_seq: a takeover draws its
- * token here (DlockTokenDrawAbove), a name's first row by the nextval() of
- * store.c's INSERT statement.  A sequence
- * alone only moves forward while its WAL survives: a crash loses the
- * unflushed tail of WAL, a promoted asynchronous standby never saw the
- * primary's last records, and a restore brings back an older state.  In
- * each case the sequence would hand out again tokens the old server
- * already handed out.  So the sequence jumps forward, durably, before the
- * first token whenever what was issued before may be unknown here, and
- * where it jumps to is told by the server clock:
- *
- *     next token = max(last value + 1, now in microseconds since 2000-01-01)
- *
- * (now: GetCurrentTimestamp(), the same clock that decides expiry).  A
- * server counts up by one from there, far slower than the clock runs (one
- * token per microsecond would be a million grants a second), so every
- * token is at most the clock reading at the moment it was handed out.
- * Hence a jump taken later, by the clock, than the last token some other
- * server handed out lands above all of that server's tokens, whatever of
- * its state this server never saw.  That covers:
- *
- * - The origin: dlock_token_origin (a sequence used as a durable register,
- *   because sequences are non-transactional and WAL-logged) holds a 63-bit
- *   hash of the identity of the server and database that last issued
- *   tokens: system identifier, timeline, database OID and the token
- *   sequence's OID.  CREATE EXTENSION records it (DlockTokenSetOrigin).  When
- *   the identity differs (after a promotion the timeline does; a restore,
- *   even in place, recreates the sequence; a restore into another cluster
- *   or database also changes the system identifier or the database OID),
- *   or the register was never set (an update from 1.0), the sequence
- *   jumps, whatever state it reads as: a standby may have replayed the
- *   extension's creation and none of the grants.  The promoted standby's
- *   tokens are then above every token of the old primary, and of any
- *   other standby promoted before it from the same history, as long as
- *   the servers' clocks agree to better than the time the failover took.
- *
- * - The boot jump (only with shared_preload_libraries = 'dlock'): at the
- *   first grant of each server start (crash restarts included), in each
- *   database (unless CREATE EXTENSION ran in this start).  Every token lost
- *   with the crash's unflushed WAL was handed out before the crash, so
- *   before the restart by the clock: the jump lands above it, and grants
- *   need not flush WAL themselves.  Shared memory records, per server
- *   start, the databases whose jump is done (DlockWaitShared.boot_dbs).  Without preload, or when that table is full,
- *   there is no boot jump and the sequence's WAL is flushed before each
- *   token is handed out (DlockTokenMakeDurable), which needs no clock at
- *   all: nextval() WAL-logs the sequence only every SEQ_LOG_VALS calls,
- *   logging ahead, and that record reaches disk only when some later
- *   flush covers it; if the granting transaction never commits, or
- *   commits with synchronous_commit off, a crash would restart the
- *   sequence below tokens already returned.  So acquire flushes WAL up to
- *   the sequence page's LSN (the record that covers the token) before
- *   returning a token: one flush per SEQ_LOG_VALS grants at most, and
- *   nothing when a commit already flushed.  Reading the LSN takes a share
- *   lock on the sequence's buffer, briefly.
- *
- * What this asks of the clock: it must not step backwards across a
- * restart or a failover by more than the restart or failover took.  A
- * fresh install counts from 1 until its first jump; tokens stay below
- * 2^53 (exact in a double) until the year 2285.
- *
- * A jump is setval(..., is_called => true) on the sequence
- * (non-transactional, WAL-logged) followed by an XLogFlush of that record,
- * before any token of the new range is handed out, and only then is the
- * origin updated: a crash in between leaves the old origin, and the next
- * server jumps once more.  Jumps only ever move the sequence forward: the
- * target is above its last value, and no other backend draws a token
- * between the read and the setval (see below).
+ * Owns the register dlock_token_origin (the identity of the issuer), the
+ * jumps of dlock_token_seq to max(last value + 1, the clock in
+ * microseconds since 2000-01-01), flushed before any token of the new
+ * range is handed out, the boot jump of each server start (with preload:
+ * its table in this file's shared memory, "dlock token boot"), and the
+ * WAL flush of a grant without one.  Why a jump lands above every token
+ * issued before, and what it asks of the clock: design.md §7.
  *
  * Concurrency: a backend that finds the origin or the boot jump not done
  * takes dlock's token lock for its database (a session-level advisory lock
  * in class DLOCK_TOKEN_LOCK_CLASS, released before returning, never held
  * across anything that waits for a transaction), re-checks and jumps.  The
- * boot_dbs table, in this file's shared memory ("dlock token boot", set up
- * when dlock is preloaded and rebuilt at every server start, crash
- * restarts included, which is the point), is read and written under its
- * spinlock, held only to scan its at most DLOCK_BOOT_DBS entries.  A backend caches that its identity was
- * checked, for its current timeline; a promotion changes the timeline and
- * so forces a check.  nextval() is not serialized with a jump, and need
- * not be: a backend draws tokens only after its own check found the
- * identity recorded and this start's boot jump done (or not possible), and
- * both are recorded only after the jump; backends of an earlier identity
- * could not draw any (a standby is read-only; a restore drops the old
- * sequence), and a call still running on 1.0's SQL while the update to 1.1
- * commits draws values far below the clock reading a jump moves to.
+ * boot jumps' table is read and written under its spinlock, held only to
+ * scan its at most DLOCK_BOOT_DBS entries.  nextval() is not serialized
+ * with a jump, and need not be (design.md §7).
  *
  * Copyright (c) 2026, the dlock authors
  *
