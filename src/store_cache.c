@@ -101,8 +101,6 @@ store_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 {
 	int			i;
 
-	if (!store_cache.valid)
-		return;
 	for (i = 0; i < (int) lengthof(store_cache.name_hashes); i++)
 	{
 		if (hashvalue == 0 || hashvalue == store_cache.name_hashes[i])
@@ -115,9 +113,9 @@ store_syscache_callback(Datum arg, int cacheid, uint32 hashvalue)
 }
 
 /*
- * store_register_callback registers store_relcache_callback, once per
- * backend (PostgreSQL allows an extension few relcache callbacks: dlock
- * registers this one only).
+ * store_register_callback registers store_relcache_callback and
+ * store_syscache_callback, once per backend (PostgreSQL allows an
+ * extension few such callbacks: dlock registers these two only).
  */
 static void
 store_register_callback(void)
