@@ -33,8 +33,9 @@
  * The decision is taken at XACT_EVENT_PRE_COMMIT, and applied as SET LOCAL
  * synchronous_commit = off, which AtEOXact_GUC undoes after the commit
  * record (a failure to set it leaves the commit synchronous, with a
- * WARNING).  The callback is registered in _PG_init, so that the
- * pre-commit callbacks of code loaded later, which run before it (the
+ * WARNING).  xact.c runs this step after dlock's other pre-commit steps
+ * that could write, and its callback is registered in _PG_init, so that
+ * the pre-commit callbacks of code loaded later, which run before it (the
  * list is called newest first), have written their WAL by then; a library
  * loaded before dlock (earlier in shared_preload_libraries) whose
  * pre-commit callback writes WAL after a release would commit with it
@@ -57,6 +58,9 @@
 
 #include "dlock.h"
 
+/* dlock.async_release: whether a release of its own skips the flush */
+static bool dlock_async_release = true;
+
 /* The state of the current transaction. */
 typedef enum AsyncState
 {
@@ -69,11 +73,12 @@ static AsyncState async_state = ASYNC_NONE;
 static XLogRecPtr last_end = InvalidXLogRecPtr;
 
 /*
- * async_xact_callback takes the decision at pre-commit and forgets the
- * state when the transaction ends.
+ * DlockAsyncReleaseXactEnd takes the decision at pre-commit and forgets
+ * the state when the transaction ends (xact.c calls it after the other
+ * modules' pre-commit steps that may write).
  */
-static void
-async_xact_callback(XactEvent event, void *arg)
+void
+DlockAsyncReleaseXactEnd(XactEvent event)
 {
 	switch (event)
 	{
@@ -96,16 +101,6 @@ async_xact_callback(XactEvent event, void *arg)
 			async_state = ASYNC_NONE;
 			break;
 	}
-}
-
-/*
- * DlockAsyncReleaseInit registers the transaction callback, from _PG_init
- * (see the file header: callbacks registered later run before it).
- */
-void
-DlockAsyncReleaseInit(void)
-{
-	RegisterXactCallback(async_xact_callback, NULL);
 }
 
 /*
@@ -140,4 +135,22 @@ DlockAsyncReleaseEnd(void)
 {
 	if (async_state == ASYNC_ONLY_RELEASES)
 		last_end = XactLastRecEnd;
+}
+
+/*
+ * DlockAsyncReleaseInit defines dlock.async_release; _PG_init calls it.
+ */
+void
+DlockAsyncReleaseInit(void)
+{
+	DefineCustomBoolVariable("dlock.async_release",
+							 "Whether a release in a transaction of its own commits without waiting for its WAL flush.",
+							 "A lost release only keeps the lease until its ttl, and any later grant "
+							 "of the name flushes past it.  Off: such transactions commit as "
+							 "synchronous_commit says.",
+							 &dlock_async_release,
+							 true,
+							 PGC_USERSET,
+							 0,
+							 NULL, NULL, NULL);
 }

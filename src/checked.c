@@ -80,11 +80,11 @@ checked_forget(void)
 }
 
 /*
- * checked_xact_callback drops the record when the top-level transaction
- * ends, however it ends.
+ * DlockCheckedXactEnd drops the record when the top-level transaction
+ * ends, however it ends (xact.c calls it).
  */
-static void
-checked_xact_callback(XactEvent event, void *arg)
+void
+DlockCheckedXactEnd(XactEvent event)
 {
 	switch (event)
 	{
@@ -123,13 +123,13 @@ checked_pop(void)
 }
 
 /*
- * checked_subxact_callback passes a committed subtransaction's entries to
+ * DlockCheckedSubXactEnd passes a committed subtransaction's entries to
  * its parent and forgets an aborted one's (see the file header: they are
- * the tail of the log).
+ * the tail of the log); xact.c calls it.
  */
-static void
-checked_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						 SubTransactionId parentSubid, void *arg)
+void
+DlockCheckedSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid)
 {
 	int			i;
 
@@ -151,17 +151,6 @@ checked_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 	/* no entry belongs to a subtransaction that has ended */
 	Assert(checked_len == 0 || checked_log[checked_len - 1].subid != mySubid);
-}
-
-/*
- * DlockCheckedInit registers the transaction callbacks that keep the
- * record; _PG_init calls it once per backend.
- */
-void
-DlockCheckedInit(void)
-{
-	RegisterXactCallback(checked_xact_callback, NULL);
-	RegisterSubXactCallback(checked_subxact_callback, NULL);
 }
 
 /*

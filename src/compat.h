@@ -21,8 +21,6 @@
 #ifndef DLOCK_COMPAT_H
 #define DLOCK_COMPAT_H
 
-#include "postgres.h"
-
 #include "access/genam.h"
 #include "access/tableam.h"
 #include "catalog/pg_database.h"
@@ -38,6 +36,11 @@
 
 #if PG_VERSION_NUM < 150000
 #error "dlock needs PostgreSQL 15 or later"
+#endif
+
+/* The varlena macros (VARSIZE_ANY and the like) moved to varatt.h in 16. */
+#if PG_VERSION_NUM >= 160000
+#include "varatt.h"
 #endif
 
 /*

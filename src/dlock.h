@@ -1,34 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * src/dlock.h
- *	  Declarations shared between the dlock modules.
+ *	  What dlock's modules share, in one section per file, named by the
+ *	  file that defines it (design.md §1 is the map of the files); a
+ *	  module's private header (lease_table_int.h, notifier_int.h,
+ *	  wait_int.h, fence_int.h, store_int.h) and the headers of
+ *	  fence_cache.c, lease_table.c, lease_room.c and name_hash.c declare
+ *	  the rest.  compat.h (every PostgreSQL version difference) comes
+ *	  with it; template.c and the other files are in the sections below.
  *
- * Module map: dlock.c (module magic, GUCs), lease.c (SQL entry points and
- * argument checks), store.c (the store: every access to the lease table
- * and the token sequence starts there; its cache, the switch to the
- * table's owner, the SQL statements, the session runner), store_ops.c
- * (the store's operations: acquire, renew, release, break, purge, token
- * init; store_int.h is what it shares with store.c), lease_table.c
- * (direct access to the lease table, declared in lease_table.h), token.c (token jumps and
- * durability: the sequence moves ahead across crash,
- * failover and restore), fence.c (the fence: the dlock_fence trigger and
- * dlock_check), fence_cache.c (the current tokens of fenced names in shared
- * memory, declared in fence_cache.h), wait.c (waiting for a lease: queues,
- * wake-ups, polling), shmem.c (shared memory for waiting, token boot jumps
- * and the fence cache), mark.c (the marks of fencing mode 'seen'),
- * checked.c (what the transaction has checked with dlock_check),
- * lease_set.c (the SQL entry points for many names at once), name_hash.c
- * (the keyed hash of a lock name),
- * async_commit.c (a transaction that only released leases does not wait
- * for its WAL flush), stats.c (the counters of dlock_stats), events.c
- * (lease events: recorded per subtransaction, queued for the notifier at
- * pre-commit, log lines after commit), notifier.c (the notifier: one
- * background worker per database that sends the events as NOTIFY, its
- * queue in shared memory, the dlock_notifier view, the ProcessUtility
- * hook that stops it before DROP DATABASE and the like).
- *
- * Concurrency: the locking protocol lives in store.c's header; nothing
- * declared here takes a lock by itself.
+ * Concurrency: each function's locking is in its file's header (design.md
+ * §5); nothing declared here takes a lock by itself.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -37,8 +19,7 @@
 #ifndef DLOCK_H
 #define DLOCK_H
 
-#include "postgres.h"
-
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "datatype/timestamp.h"
 #include "fmgr.h"
@@ -47,9 +28,10 @@
 #include "storage/spin.h"
 #include "utils/dsa.h"
 #include "utils/timestamp.h"
-#if PG_VERSION_NUM >= 160000
-#include "varatt.h"
-#endif
+
+#include "compat.h"
+
+/* ---- shared by every module: limits and codes ---- */
 
 /* The SQLSTATE of every fencing rejection: class 55, dlock subclass T01. */
 #define ERRCODE_DLOCK_STALE_TOKEN	MAKE_SQLSTATE('5','5','T','0','1')
@@ -63,40 +45,46 @@
 #define DLOCK_MAX_OWNER_BYTES	1024
 
 /*
- * name_hash.c: the keyed 64-bit hash of a lock name (SipHash-2-4 under a
- * key no role can learn) that the name lock (store_ops.c), the wait queues
- * (wait.c), the fence cache and checked.c key on.
- */
-extern uint64 DlockNameHash(text *lock_name);
-
-/*
  * The most names one dlock_acquire_all or dlock_acquire_any takes
  * (docs/sql-reference.md: each new name takes a lock-table entry).
  */
 #define DLOCK_MAX_SET_NAMES		10000
 
-/* lease.c: argument checks shared with fence.c and lease_set.c */
-extern void DlockCheckWritable(const char *funcname);
-extern void DlockCheckLockName(text *name, const char *what);
-extern text *DlockGetLockName(FunctionCallInfo fcinfo);
-extern Interval *DlockGetTtl(FunctionCallInfo fcinfo, int argno);
-extern TimestampTz DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno,
-										TimestampTz start);
-extern text *DlockGetOwner(FunctionCallInfo fcinfo, int argno);
-extern TimestampTz DlockLeaseExpiry(TimestampTz now, Interval *ttl);
-extern void DlockHolderDenied(Oid holder, text *lock_name, const char *action);
+/* How a lease was granted: the name's row before the grant. */
+typedef enum DlockGrantKind
+{
+	DLOCK_GRANT_NEW,			/* no row: the name's first lease */
+	DLOCK_GRANT_AFTER_RELEASE,	/* the previous lease was released or broken */
+	DLOCK_GRANT_TAKEOVER		/* the previous lease expired unreleased */
+} DlockGrantKind;
 
-/* async_commit.c: a transaction that only released leases */
-extern bool dlock_async_release;	/* dlock.async_release (dlock.c) */
+/* The lease a grant replaced (none for DLOCK_GRANT_NEW). */
+typedef struct DlockPrevLease
+{
+	DlockGrantKind kind;
+	int64		token;			/* the previous token; 0 for a new name */
+	text	   *owner;			/* its owner label, only when a log line
+								 * wants it (DlockEventsWantOwner) */
+	TimestampTz ended_at;		/* its expiry, or release time */
+} DlockPrevLease;
+
+/* ---- src/dlock.c: _PG_init (no declarations) ---- */
+
+/* ---- src/xact.c: the one transaction callback ---- */
+extern void DlockXactInit(void);
+
+/* ---- src/name_hash.c: the keyed hash of a lock name ---- */
+extern uint64 DlockNameHash(text *lock_name);
+
+/* ---- src/async_commit.c: a transaction that only released leases ---- */
 extern void DlockAsyncReleaseInit(void);
+extern void DlockAsyncReleaseXactEnd(XactEvent event);
 extern void DlockAsyncReleaseBegin(void);
 extern void DlockAsyncReleaseEnd(void);
 
-/* dlock.c: settings */
-extern int	dlock_max_ttl;		/* dlock.max_ttl, in seconds */
-
+/* ---- src/stats.c: the counters of dlock_stats ---- */
 /*
- * stats.c: the counters of the dlock_stats view, in its column order
+ * The counters of the dlock_stats view, in its column order
  * (docs/sql-reference.md says what each counts).
  */
 typedef enum DlockStat
@@ -123,28 +111,8 @@ typedef enum DlockStat
 	DLOCK_NUM_STATS
 } DlockStat;
 
-extern bool dlock_track_stats;	/* dlock.track_stats */
-extern Size DlockStatsShmemSize(void);
-extern void DlockStatsShmemInit(void);
+extern void DlockStatsInit(void);
 extern void DlockStatsCount(DlockStat stat, uint64 n);
-
-/* How a lease was granted: the name's row before the grant. */
-typedef enum DlockGrantKind
-{
-	DLOCK_GRANT_NEW,			/* no row: the name's first lease */
-	DLOCK_GRANT_AFTER_RELEASE,	/* the previous lease was released or broken */
-	DLOCK_GRANT_TAKEOVER		/* the previous lease expired unreleased */
-} DlockGrantKind;
-
-/* The lease a grant replaced (none for DLOCK_GRANT_NEW). */
-typedef struct DlockPrevLease
-{
-	DlockGrantKind kind;
-	int64		token;			/* the previous token; 0 for a new name */
-	text	   *owner;			/* its owner label, only when a log line
-								 * wants it (DlockEventsWantOwner) */
-	TimestampTz ended_at;		/* its expiry, or release time */
-} DlockPrevLease;
 
 /*
  * DlockStatsCountGrant counts a grant of kind.
@@ -157,17 +125,11 @@ DlockStatsCountGrant(DlockGrantKind kind)
 					DLOCK_STAT_GRANTS_AFTER_RELEASE : DLOCK_STAT_TAKEOVERS, 1);
 }
 
-/* events.c: lease events, sent (by the notifier) and logged at commit */
-typedef enum DlockLogChanges
-{
-	DLOCK_LOG_CHANGES_OFF,
-	DLOCK_LOG_CHANGES_TAKEOVERS,
-	DLOCK_LOG_CHANGES_ALL
-} DlockLogChanges;
-
-extern bool dlock_notify;		/* dlock.notify */
-extern int	dlock_log_lease_changes;	/* dlock.log_lease_changes */
+/* ---- src/events.c: lease events, sent (by the notifier) and logged at commit ---- */
 extern void DlockEventsInit(void);
+extern void DlockEventsXactEnd(XactEvent event);
+extern void DlockEventsSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+								  SubTransactionId parentSubid);
 extern void DlockEventGrant(text *lock_name, int64 token,
 							const DlockPrevLease *prev);
 extern void DlockEventRelease(text *lock_name, int64 token);
@@ -176,19 +138,6 @@ extern void DlockEventBreak(text *lock_name, int64 token, text *owner,
 extern void DlockEventPurge(text *lock_name, int64 token);
 extern bool DlockEventsWanted(bool takeover_or_break);
 extern bool DlockEventsWantOwner(void);
-extern char *DlockEventOverflowPayload(int64 count);
-extern const char *DlockEventNotifierExitPayload(void);
-
-/* notifier.c: the notifier, which sends the events (needs preload) */
-extern int	dlock_notify_queue_size;	/* dlock.notify_queue_size, kB */
-extern int	dlock_notifier_idle_timeout;	/* dlock.notifier_idle_timeout, ms */
-extern Size DlockNotifierShmemSize(void);
-extern void DlockNotifierShmemInit(void);
-extern void DlockNotifierInit(void);
-extern bool DlockNotifierAvailable(void);
-extern void DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
-							   int64 nchanges, const char *overflow_payload);
-extern void DlockNotifierWake(void);
 
 /*
  * DlockReportGrant counts the grant of token on lock_name and records its
@@ -201,8 +150,20 @@ DlockReportGrant(text *lock_name, int64 token, const DlockPrevLease *prev)
 	DlockEventGrant(lock_name, token, prev);
 }
 
-/* store.c: the lease table and the token sequence */
+/* ---- src/notifier.c: appending events to the notifier's queue ---- */
+extern void DlockNotifierQueue(char **payloads, const int64 *overflow, int n,
+							   int64 nchanges, const char *overflow_payload);
+extern void DlockNotifierWake(void);
 
+/* ---- src/notifier_shmem.c: the notifiers' shared memory and settings ---- */
+extern void DlockNotifierInit(void);
+extern bool DlockNotifierAvailable(void);
+extern char *DlockNotifierOverflowPayload(int64 count);
+
+/* ---- src/notifier_command.c: the ProcessUtility_hook ---- */
+extern void DlockNotifierCommandInit(void);
+
+/* ---- src/store_ops.c: the store's operations ---- */
 /* What a renew or release found. */
 typedef enum DlockStoreOutcome
 {
@@ -250,6 +211,7 @@ extern bool DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now,
 extern int64 DlockStorePurge(Oid fn_oid, TimestampTz cutoff);
 extern void DlockStoreTokenInit(Oid fn_oid);
 
+/* ---- src/store.c: the fence's lookup ---- */
 /* The lease behind a fenced write, as the fence trigger sees it. */
 typedef struct DlockFenceLease
 {
@@ -270,7 +232,18 @@ typedef struct DlockFenceLease
 extern void DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token,
 								  bool lock_row, DlockFenceLease *lease);
 
-/* template.c: lock name templates (dlock_fence's first argument) */
+/* ---- src/store_restricted.c: the store's security-restricted operations ---- */
+typedef struct DlockRestricted
+{
+	Oid			save_userid;
+	int			save_sec_context;
+	int			save_nestlevel;
+} DlockRestricted;
+
+extern void DlockRestrictedBegin(DlockRestricted *saved);
+extern void DlockRestrictedEnd(DlockRestricted *saved);
+
+/* ---- src/template.c: lock name templates (dlock_fence's first argument) ---- */
 typedef struct DlockTemplatePart
 {
 	char	   *literal;		/* literal text, or NULL for a column */
@@ -292,14 +265,14 @@ extern DlockTemplateError DlockTemplateSplit(const char *template,
 extern bool DlockTemplateMatches(const DlockTemplatePart *parts, int nparts,
 								 const char *name, int len);
 
-/* mark.c: the marks of fencing mode 'seen' (dlock_fence_mark) */
+/* ---- src/mark.c: the marks of fencing mode 'seen' (dlock_fence_mark) ---- */
 extern bool DlockMarkCheck(Oid fn_oid, text *lock_name, Oid table_owner,
 						   int64 token, int64 *mark);
 extern int	DlockMarkOwners(Oid fn_oid, text *lock_name, Oid roleid,
 							Oid **owners);
 extern int64 DlockMarkPurge(Oid fn_oid, TimestampTz cutoff);
 
-/* fence.c and checked.c: the fence's modes, and what a transaction checked */
+/* ---- src/checked.c: what a transaction checked, in the fence's modes ---- */
 typedef enum DlockFenceMode
 {
 	DLOCK_FENCE_LATEST,			/* the token is the lease's current token */
@@ -317,21 +290,24 @@ typedef struct DlockChecked
 	Oid		   *mark_owners;
 } DlockChecked;
 
-extern void DlockCheckedInit(void);
+extern void DlockCheckedXactEnd(XactEvent event);
+extern void DlockCheckedSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+								   SubTransactionId parentSubid);
 extern void DlockCheckedRecord(text *lock_name, const DlockChecked *check);
 extern bool DlockCheckedLookup(text *lock_name, DlockChecked *check);
 extern bool DlockCheckedHoldsMark(const DlockChecked *check, Oid table_owner);
 extern void DlockCheckedMarkMoved(text *lock_name, Oid table_owner,
 								  int64 token);
 
-/* token.c: token jumps and durability (the store calls them, as owner) */
+/* ---- src/token.c: token jumps and draws (the store calls them, as owner) ---- */
+extern void DlockTokenInit(void);
 extern void DlockTokenPrepare(Oid seqrelid, Oid originrelid);
 extern void DlockTokenMakeDurable(Oid seqrelid);
-extern bool DlockTokenJumpPast(Oid seqrelid, int64 floor);
+extern int64 DlockTokenDrawAbove(Oid seqrelid, int64 floor);
 extern void DlockTokenForget(void);
-extern void DlockTokenInit(Oid seqrelid, Oid originrelid);
+extern void DlockTokenSetOrigin(Oid seqrelid, Oid originrelid);
 
-/* shmem.c: shared memory for waiting (NULL unless preloaded) */
+/* ---- src/wait_shmem.c: waiting's shared memory (NULL unless preloaded) ---- */
 #define DLOCK_WAIT_BUCKETS	1024
 #define DLOCK_WAIT_DBS		64	/* db_waiters: database OID mod this */
 
@@ -389,29 +365,23 @@ typedef struct DlockWaiter
 											 * terminated) */
 } DlockWaiter;
 
-/* Databases whose token boot jump a server start can record (token.c). */
-#define DLOCK_BOOT_DBS		64
-
-typedef struct DlockShared
+typedef struct DlockWaitShared
 {
 	LWLock	   *lock;
 	uint64		next_ticket;
-	int			nboot_dbs;		/* token.c: boot jumps done this start */
-	Oid			boot_dbs[DLOCK_BOOT_DBS];
 	int			any_tranche;	/* the LWLock tranche of DlockAnyArea */
 	int			nslots;
 	pg_atomic_uint32 db_waiters[DLOCK_WAIT_DBS];	/* slots in use per
 													 * database class */
 	pg_atomic_uint32 bucket_waiters[DLOCK_WAIT_BUCKETS];
 	DlockWaiter slots[FLEXIBLE_ARRAY_MEMBER];	/* indexed by pgprocno */
-} DlockShared;
+} DlockWaitShared;
 
-extern DlockShared *DlockShmem;
-extern void DlockShmemInstallHooks(void);
+extern DlockWaitShared *DlockWaitShmem;
+extern void DlockWaitInit(void);
 extern dsa_area *DlockAnyArea(void);
 
-/* wait.c: waiting for a lease */
-
+/* ---- src/wait.c: waiting for a lease ---- */
 /*
  * One attempt to take a lease (or a set of leases).  Returns true when
  * granted; otherwise sets *held_until to the expiry of the live lease that
@@ -447,11 +417,28 @@ typedef struct DlockWaitInfo
 
 extern bool DlockWaitAcquire(TimestampTz deadline, DlockAttemptFn attempt,
 							 void *arg, DlockWaitInfo *info);
+
+/* ---- src/wait_any.c: waiting of dlock_acquire_any ---- */
 extern bool DlockWaitAcquireAny(const uint64 *hashes, int n,
 								TimestampTz deadline,
 								DlockAttemptOneFn attempt, void *arg,
 								DlockWaitInfo *info);
-extern void DlockCountAcquire(bool granted, const DlockWaitInfo *info);
+
+/* ---- src/wait_wake.c: the wake-ups at a transaction's end ---- */
 extern void DlockWakeAtXactEnd(text *lock_name);
+extern void DlockWaitXactEnd(XactEvent event);
+
+/* ---- src/lease.c: the SQL entry points; argument checks shared with fence.c and lease_set.c ---- */
+extern void DlockLeaseInit(void);
+extern void DlockCheckWritable(const char *funcname);
+extern void DlockCheckLockName(text *name, const char *what);
+extern text *DlockGetLockName(FunctionCallInfo fcinfo);
+extern Interval *DlockGetTtl(FunctionCallInfo fcinfo, int argno);
+extern TimestampTz DlockGetWaitDeadline(FunctionCallInfo fcinfo, int argno,
+										TimestampTz start);
+extern text *DlockGetOwner(FunctionCallInfo fcinfo, int argno);
+extern TimestampTz DlockLeaseExpiry(TimestampTz now, Interval *ttl);
+extern void DlockHolderDenied(Oid holder, text *lock_name, const char *action);
+extern void DlockCountAcquire(bool granted, const DlockWaitInfo *info);
 
 #endif							/* DLOCK_H */

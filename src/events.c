@@ -49,15 +49,31 @@
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "dlock.h"
 
+/* dlock.log_lease_changes's values */
+typedef enum DlockLogChanges
+{
+	DLOCK_LOG_CHANGES_OFF,
+	DLOCK_LOG_CHANGES_TAKEOVERS,
+	DLOCK_LOG_CHANGES_ALL
+} DlockLogChanges;
+
+static const struct config_enum_entry log_lease_changes_options[] = {
+	{"off", DLOCK_LOG_CHANGES_OFF, false},
+	{"takeovers", DLOCK_LOG_CHANGES_TAKEOVERS, false},
+	{"all", DLOCK_LOG_CHANGES_ALL, false},
+	{NULL, 0, false}
+};
+
 /* dlock.notify and dlock.log_lease_changes */
-bool		dlock_notify = false;
-int			dlock_log_lease_changes = DLOCK_LOG_CHANGES_OFF;
+static bool dlock_notify = false;
+static int	dlock_log_lease_changes = DLOCK_LOG_CHANGES_OFF;
 
 /* The most changes a transaction records; further ones are only counted. */
 #define DLOCK_MAX_XACT_EVENTS	10000
@@ -300,30 +316,6 @@ DlockEventPurge(text *lock_name, int64 token)
 }
 
 /*
- * DlockEventOverflowPayload returns the JSON text of the NOTIFY payload of
- * an "overflow" event for count lease changes that were not sent one by
- * one (palloc'd).
- */
-char *
-DlockEventOverflowPayload(int64 count)
-{
-	return psprintf("{\"event\": \"%s\", \"lock_name\": null, \"token\": null, \"previous_token\": null, \"count\": " INT64_FORMAT "}",
-					event_names[EVENT_OVERFLOW], count);
-}
-
-/*
- * DlockEventNotifierExitPayload returns the JSON text of the NOTIFY payload
- * of the "notifier_exit" event, the last notification a notifier sends
- * before it exits (notifier.c): a listener drops its sender's pid from the
- * pids it accepts (docs/sql-reference.md, the listener's rule).
- */
-const char *
-DlockEventNotifierExitPayload(void)
-{
-	return "{\"event\": \"notifier_exit\", \"lock_name\": null, \"token\": null, \"previous_token\": null}";
-}
-
-/*
  * event_payload returns the JSON text of ev's NOTIFY payload.
  */
 static char *
@@ -332,7 +324,7 @@ event_payload(const LeaseEvent *ev)
 	StringInfoData buf;
 
 	if (ev->kind == EVENT_OVERFLOW)
-		return DlockEventOverflowPayload(ev->count);
+		return DlockNotifierOverflowPayload(ev->count);
 	initStringInfo(&buf);
 	appendStringInfo(&buf, "{\"event\": \"%s\", \"lock_name\": ",
 					 event_names[ev->kind]);
@@ -407,7 +399,7 @@ queue_events(void)
 	}
 	if (n > 0)
 		DlockNotifierQueue(payloads, overflow, n, nchanges,
-						   DlockEventOverflowPayload(nchanges));
+						   DlockNotifierOverflowPayload(nchanges));
 	MemoryContextSwitchTo(old);
 	MemoryContextDelete(cxt);
 }
@@ -473,12 +465,12 @@ log_event(const LeaseEvent *ev, bool prepared)
 }
 
 /*
- * events_xact_callback queues the events for the notifier at PRE_COMMIT,
+ * DlockEventsXactEnd (xact.c calls it) queues the events for the notifier at PRE_COMMIT,
  * logs them once the transaction committed (or was prepared), wakes the
  * notifier once it committed or aborted, and forgets them when it ends.
  */
-static void
-events_xact_callback(XactEvent event, void *arg)
+void
+DlockEventsXactEnd(XactEvent event)
 {
 	ListCell   *lc;
 
@@ -509,12 +501,12 @@ events_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * events_subxact_callback drops the events of a subtransaction that rolls
+ * DlockEventsSubXactEnd (xact.c calls it) drops the events of a subtransaction that rolls
  * back and hands those of one that commits to its parent.
  */
-static void
-events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
-						SubTransactionId parentSubid, void *arg)
+void
+DlockEventsSubXactEnd(SubXactEvent event, SubTransactionId mySubid,
+					  SubTransactionId parentSubid)
 {
 	int			level = GetCurrentTransactionNestLevel();
 	ListCell   *lc;
@@ -550,12 +542,31 @@ events_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
- * DlockEventsInit registers the transaction callbacks (from _PG_init, so
- * that they run whichever library's callbacks come first).
+ * DlockEventsInit defines dlock.notify and dlock.log_lease_changes;
+ * _PG_init calls it.
  */
 void
 DlockEventsInit(void)
 {
-	RegisterXactCallback(events_xact_callback, NULL);
-	RegisterSubXactCallback(events_subxact_callback, NULL);
+	DefineCustomBoolVariable("dlock.notify",
+							 "Whether each committed lease change sends a NOTIFY on channel dlock.",
+							 "The notifier of the database (a background worker, whose pid the view "
+							 "dlock_notifier shows) sends it; needs shared_preload_libraries = 'dlock'.  "
+							 "The payload is JSON: event, lock_name, token, previous_token.",
+							 &dlock_notify,
+							 false,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomEnumVariable("dlock.log_lease_changes",
+							 "Which committed lease changes are logged.",
+							 "takeovers: takeovers of expired leases and breaks; all: every grant, "
+							 "release, break and purged row as well.",
+							 &dlock_log_lease_changes,
+							 DLOCK_LOG_CHANGES_OFF,
+							 log_lease_changes_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
 }

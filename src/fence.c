@@ -6,102 +6,19 @@
  *	  lock, and dlock_check, the same rule as a call, whose passes the
  *	  transaction remembers (checked.c).
  *
- *	  CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON tab FOR EACH ROW
- *	    EXECUTE FUNCTION dlock_fence('account:{id}', 'fence_token'
- *	                                 [, 'latest' | 'live' | 'seen']);
- *	  CREATE TRIGGER t BEFORE TRUNCATE ON tab
- *	    EXECUTE FUNCTION dlock_fence('accounts', 'fence_token' [, mode]);
+ * Owns the trigger protocol checks (INSERT, UPDATE, DELETE, TRUNCATE),
+ * reading and filling in the row's token, and each mode's rule
+ * (fence_verify); a fenced table's configuration from the trigger's
+ * arguments and a row's lock name are fence_config.c's (fence_int.h).
+ * 'latest' and 'live' compare with the lease (read through store.c),
+ * 'seen' with the mark (mark.c).
  *
- * Argument 1 is the lock name template: {col} stands for the text of the
- * row's col (NEW's; OLD's for DELETE), {{ and }} for literal braces; a
- * TRUNCATE trigger's template names no column.  Argument 2 names the
- * bigint column that carries the writer's token.  Argument 3 is the mode.
- * The arguments are parsed and resolved against the table's columns on
- * the first row of each statement and kept in fn_extra for the rest of it.
- *
- * The modes (fence_verify):
- *	- 'latest': the token is the lease's current token.  Rejected: no
- *	  lease row (never acquired, or purged), an older token (a stale
- *	  holder), a newer one (a token of another lock).
- *	- 'live': as 'latest', and the lease is live (not released, not
- *	  expired) and its row locked so that no takeover can happen before the
- *	  writer's transaction ends.
- *	- 'seen': for databases that are not the lease store: the token is not
- *	  lower than the highest this database accepted for the lock, which it
- *	  then becomes (mark.c owns that rule and its ordering argument).
- *
- * The events:
- *	- INSERT, UPDATE: the row's token must pass.  A row that carries no
- *	  token of its own (NULL; on UPDATE also the old row's token unchanged)
- *	  takes the token this transaction checked for the row's lock with
- *	  dlock_check, if it did; otherwise a NULL token is rejected and an
- *	  unchanged one is checked as it is.  On UPDATE a token lower than the
- *	  old row's is rejected too: a row's own history never goes backwards.
- *	- An UPDATE that changes the row's lock (the template gives another
- *	  name for the new row than for the old one: UPDATE, INSERT ... ON
- *	  CONFLICT DO UPDATE, MERGE, a move between partitions, a cascaded
- *	  foreign key) is a DELETE under the old lock and an INSERT under the
- *	  new one: the transaction must have checked the old lock (the DELETE
- *	  rule), and the new row's token must pass for the new lock.  So only
- *	  a writer that holds both locks moves a row; the row's history under
- *	  the old lock does not bind the new one.
- *	- DELETE: accepted only when the transaction checked the old row's lock
- *	  and that token still passes (and is not lower than the row's).
- *	- TRUNCATE: accepted only when the transaction checked the template's
- *	  lock and that token still passes.
- * Every rejection raises 55T01.  Misuse (wrong event, arguments or
- * columns) raises a different error on the first row.
- *
- * Concurrency: why accepted tokens on a row never go backwards.
- *
- * Tokens of one lock only grow: a new token is granted only when no live
- * lease holds the name, and it comes from one increasing sequence.  The
- * lease row is read with a fresh snapshot (store.c), so the check sees
- * every lease change committed before it starts, also in a REPEATABLE
- * READ transaction whose own snapshot is older.  With dlock preloaded, the
- * 'latest' read is usually answered by the fence cache (fence_cache.c),
- * which gives exactly what that read would give when the check starts; its
- * header has the argument.
- *
- * 'latest' mode, UPDATE and DELETE.  PostgreSQL locks the old row before
- * it fires a BEFORE ROW UPDATE or DELETE trigger (GetTupleForTrigger),
- * waiting for a concurrent writer of that row to finish and, under READ
- * COMMITTED, continuing with the newest row version; under REPEATABLE READ
- * a concurrent update raises 40001 instead.  Say write W1 with token t1
- * committed on a row and W2, with t2, locks the row afterwards.  W1's
- * check found t1 current, so t1's grant was committed (or made in W1's own
- * transaction, which committed).  W2's check starts after W1 committed, so
- * the current token it sees is t1 or newer, and W2 passes only if t2 is
- * that token: t2 >= t1.  Row locks order the accepted writes of one row;
- * the lease row needs no lock, which keeps hot lease rows free of
- * shared-lock traffic.  A DELETE is such a write, with the token its
- * transaction checked.  A check made earlier in the transaction by
- * dlock_check counts for nothing by itself: the trigger checks the
- * recorded token again when the row is written.
- *
- * 'latest' mode, INSERT.  A new row has no history.  Two inserts of the
- * same key are ordered by the unique index (the second fails, or under ON
- * CONFLICT DO UPDATE becomes an UPDATE and follows the rule above).
- *
- * TRUNCATE takes an ACCESS EXCLUSIVE lock on the table before its BEFORE
- * TRUNCATE triggers fire, so every write it removes has committed or
- * aborted before its check, which then sees their leases' tokens.
- *
- * 'live' mode.  As 'latest', and the lease row is locked FOR KEY SHARE
- * until the writer's transaction ends.  A takeover locks the lease row FOR
- * UPDATE (SKIP LOCKED: acquire reports the name as held), so no newer
- * token can be granted while an accepted write is uncommitted; a takeover
- * that is itself uncommitted makes the writer wait for it and then see its
- * new token.  Renew, release and break take FOR NO KEY UPDATE and are not
- * blocked; the lease must be live when the write is checked.  A 'live'
- * dlock_check thus keeps the lease from being taken over until the
- * transaction ends: every later write in it passes as long as the lease
- * has not expired or been released.
- *
- * What is not covered: writes while the trigger does not fire
- * (session_replication_role = replica, logical replication apply, a
- * disabled trigger).  specs/race-fence-*.spec and specs/race-check-*.spec
- * prove the interleavings.
+ * Concurrency: in 'latest' mode the protected row's own row lock orders
+ * the accepted writes of one row, and the lease row is read with a fresh
+ * snapshot and no lock; in 'live' mode the lease row is locked FOR KEY
+ * SHARE until the writer's transaction ends, which a takeover's FOR UPDATE
+ * conflicts with; TRUNCATE's ACCESS EXCLUSIVE lock comes before its check.
+ * Why accepted tokens on a row never go backwards: design.md §17.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -121,303 +38,9 @@
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
-
 #include "compat.h"
 #include "dlock.h"
-
-PG_FUNCTION_INFO_V1(dlock_fence);
-PG_FUNCTION_INFO_V1(dlock_check);
-
-/* One piece of the lock name template: literal text, or a column's value. */
-typedef struct FenceSegment
-{
-	char	   *literal;		/* NULL for a column */
-	int			attnum;			/* column number, for a column */
-	char	   *attname;
-	Oid			typid;			/* the column's type */
-	FmgrInfo	outfunc;		/* the column type's output function */
-} FenceSegment;
-
-/* A trigger's parsed arguments, cached in fn_extra for one statement. */
-typedef struct FenceConfig
-{
-	Oid			tgoid;			/* the trigger these are for */
-	int			nsegments;
-	FenceSegment *segments;
-	bool		has_columns;	/* the template names a column */
-	int			token_attnum;
-	char	   *token_attname;
-	DlockFenceMode mode;
-	StringInfoData name;		/* the current row's lock name, as a text */
-	StringInfoData old_name;	/* an UPDATE's old row's lock name */
-} FenceConfig;
-
-/*
- * fence_mode parses a fencing mode's name into *mode; returns false when
- * it names none.
- */
-static bool
-fence_mode(const char *name, DlockFenceMode *mode)
-{
-	if (strcmp(name, "latest") == 0)
-		*mode = DLOCK_FENCE_LATEST;
-	else if (strcmp(name, "live") == 0)
-		*mode = DLOCK_FENCE_LIVE;
-	else if (strcmp(name, "seen") == 0)
-		*mode = DLOCK_FENCE_SEEN;
-	else
-		return false;
-	return true;
-}
-
-/*
- * fence_usage_hint adds the hint of a bad trigger argument: how trigger
- * on rel should call dlock_fence.  For ereport.
- */
-static int
-fence_usage_hint(Trigger *trigger, Relation rel)
-{
-	return errhint("Trigger \"%s\" on relation \"%s\" must call dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).",
-				   trigger->tgname, RelationGetRelationName(rel));
-}
-
-/*
- * fence_bad_argument raises 22023 for an argument of trigger on rel that
- * cannot work; msg and detail are errmsg(...) and errdetail(...), so the
- * messages stay literal at each call.
- */
-#define fence_bad_argument(trigger, rel, msg, detail) \
-	ereport(ERROR, \
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE), \
-			 (msg), (detail), fence_usage_hint((trigger), (rel))))
-
-/*
- * fence_column returns the number of the live column attname of rel, or
- * raises 22023 naming what it was for: the lock name template (when
- * for_template) or the token column argument.
- */
-static int
-fence_column(Trigger *trigger, Relation rel, const char *attname,
-			 bool for_template)
-{
-	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
-
-	if (attnum <= 0)
-		fence_bad_argument(trigger, rel,
-						   errmsg("column \"%s\" does not exist", attname),
-						   for_template ?
-						   errdetail("The lock name template names column \"%s\", which relation \"%s\" does not have.",
-									 attname, RelationGetRelationName(rel)) :
-						   errdetail("The token column argument names column \"%s\", which relation \"%s\" does not have.",
-									 attname, RelationGetRelationName(rel)));
-	return attnum;
-}
-
-/*
- * fence_parse_template splits template into literal and column segments of
- * config (DlockTemplateSplit), resolving columns against rel.  Raises 22023
- * for an unclosed or empty {}, a lone } or a missing column.
- */
-static void
-fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
-					 const char *template)
-{
-	DlockTemplatePart *parts = NULL;
-	int			nparts = 0;
-	int			pos;
-	int			i;
-
-	switch (DlockTemplateSplit(template, &parts, &nparts, &pos))
-	{
-		case DLOCK_TEMPLATE_OK:
-			break;
-		case DLOCK_TEMPLATE_UNCLOSED:
-			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-							   errdetail("The \"{\" at position %d of template \"%s\" is not closed; write \"{{\" for a literal brace.",
-										 pos, template));
-			break;
-		case DLOCK_TEMPLATE_EMPTY_COLUMN:
-			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-							   errdetail("Template \"%s\" has an empty \"{}\" at position %d.",
-										 template, pos));
-			break;
-		case DLOCK_TEMPLATE_STRAY_CLOSE:
-			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-							   errdetail("The \"}\" at position %d of template \"%s\" closes nothing; write \"}}\" for a literal brace.",
-										 pos, template));
-			break;
-		case DLOCK_TEMPLATE_EMPTY:
-			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
-							   errdetail("The lock name template is empty."));
-			break;
-	}
-
-	config->segments = palloc0(sizeof(FenceSegment) * nparts);
-	config->nsegments = nparts;
-	for (i = 0; i < nparts; i++)
-	{
-		FenceSegment *seg = &config->segments[i];
-		Oid			typoutput;
-		bool		typisvarlena;
-
-		if (parts[i].literal != NULL)
-		{
-			seg->literal = parts[i].literal;
-			continue;
-		}
-		seg->attname = parts[i].column;
-		seg->attnum = fence_column(trigger, rel, seg->attname, true);
-		seg->typid = TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid;
-		getTypeOutputInfo(seg->typid, &typoutput, &typisvarlena);
-		fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
-		config->has_columns = true;
-	}
-}
-
-/*
- * fence_config returns the parsed arguments of the trigger firing now,
- * from fn_extra when this statement already parsed them.  Raises 39P01 for
- * a wrong argument count and 22023 for arguments that cannot work.
- */
-static FenceConfig *
-fence_config(FunctionCallInfo fcinfo, TriggerData *trigdata)
-{
-	FenceConfig *config = (FenceConfig *) fcinfo->flinfo->fn_extra;
-	Trigger    *trigger = trigdata->tg_trigger;
-	Relation	rel = trigdata->tg_relation;
-	MemoryContext oldcxt;
-	Form_pg_attribute tokatt;
-
-	if (config != NULL && config->tgoid == trigger->tgoid)
-		return config;
-
-	if (trigger->tgnargs != 2 && trigger->tgnargs != 3)
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("function \"%s\" takes 2 or 3 trigger arguments, not %d",
-						"dlock_fence", trigger->tgnargs),
-				 errhint("Use dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).")));
-
-	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
-	config = palloc0(sizeof(FenceConfig));
-	config->tgoid = trigger->tgoid;
-
-	config->mode = DLOCK_FENCE_LATEST;
-	if (trigger->tgnargs == 3 && !fence_mode(trigger->tgargs[2], &config->mode))
-		fence_bad_argument(trigger, rel, errmsg("unknown fencing mode"),
-						   errdetail("The mode is \"%s\"; it must be \"latest\", \"live\" or \"seen\".",
-									 trigger->tgargs[2]));
-
-	config->token_attname = pstrdup(trigger->tgargs[1]);
-	config->token_attnum = fence_column(trigger, rel, config->token_attname,
-										false);
-	tokatt = TupleDescAttr(RelationGetDescr(rel), config->token_attnum - 1);
-	if (getBaseType(tokatt->atttypid) != INT8OID)
-		fence_bad_argument(trigger, rel, errmsg("token column must be of type bigint"),
-						   errdetail("Column \"%s\" of relation \"%s\" is of type %s.",
-									 config->token_attname,
-									 RelationGetRelationName(rel),
-									 format_type_be(tokatt->atttypid)));
-
-	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
-	initStringInfo(&config->name);
-	initStringInfo(&config->old_name);
-
-	/* a statement has no row to take a column's value from */
-	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)
-		fence_bad_argument(trigger, rel,
-						   errmsg("lock name template of a TRUNCATE trigger must not name a column"),
-						   errdetail("Template \"%s\" names columns, but TRUNCATE has no row to take their values from.",
-									 trigger->tgargs[0]));
-
-	MemoryContextSwitchTo(oldcxt);
-	fcinfo->flinfo->fn_extra = config;
-	return config;
-}
-
-/*
- * fence_lock_name builds the lock name of row tuple from the template (of a
- * statement trigger: tuple is NULL and the template names no column), as a
- * text in buf, one of config's buffers: valid until the next row.  Integer
- * and text columns are copied without their output functions (which give
- * the same text).  Raises 22004 when a column named in the template is
- * NULL, 22023 when the name is longer than a lock name may be
- * (DLOCK_MAX_NAME_BYTES, as for every function that takes a name).
- */
-static text *
-fence_lock_name(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
-				StringInfo buf)
-{
-	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	int			i;
-
-	Assert(tuple != NULL || !config->has_columns);
-	resetStringInfo(buf);
-	appendStringInfoSpaces(buf, VARHDRSZ);	/* the text's header */
-	for (i = 0; i < config->nsegments; i++)
-	{
-		FenceSegment *seg = &config->segments[i];
-		bool		isnull;
-		Datum		value;
-
-		if (seg->literal != NULL)
-		{
-			appendStringInfoString(buf, seg->literal);
-			continue;
-		}
-		value = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
-		if (isnull)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("lock name template column \"%s\" is null",
-							seg->attname),
-					 errdetail("Trigger \"%s\" on relation \"%s\" builds the lock name from template \"%s\".",
-							   trigdata->tg_trigger->tgname,
-							   RelationGetRelationName(trigdata->tg_relation),
-							   trigdata->tg_trigger->tgargs[0])));
-		switch (seg->typid)
-		{
-			case INT2OID:
-			case INT4OID:
-			case INT8OID:
-				{
-					char		digits[MAXINT8LEN + 1];
-					int			len;
-
-					if (seg->typid == INT2OID)
-						len = pg_itoa(DatumGetInt16(value), digits);
-					else if (seg->typid == INT4OID)
-						len = pg_ltoa(DatumGetInt32(value), digits);
-					else
-						len = pg_lltoa(DatumGetInt64(value), digits);
-					appendBinaryStringInfo(buf, digits, len);
-					break;
-				}
-			case TEXTOID:
-			case VARCHAROID:
-				{
-					text	   *t = (text *) pg_detoast_datum_packed((struct varlena *) DatumGetPointer(value));
-
-					appendBinaryStringInfo(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
-					break;
-				}
-			default:
-				appendStringInfoString(buf, OutputFunctionCall(&seg->outfunc, value));
-				break;
-		}
-	}
-	SET_VARSIZE(buf->data, buf->len);
-	if (buf->len - VARHDRSZ > DLOCK_MAX_NAME_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lock name is too long"),
-				 errdetail("Trigger \"%s\" on relation \"%s\" built a lock name of %d bytes from template \"%s\"; the limit is %d bytes.",
-						   trigdata->tg_trigger->tgname,
-						   RelationGetRelationName(trigdata->tg_relation),
-						   buf->len - VARHDRSZ, trigdata->tg_trigger->tgargs[0],
-						   DLOCK_MAX_NAME_BYTES)));
-	return (text *) buf->data;
-}
+#include "fence_int.h"
 
 /*
  * fence_same_name reports whether lock names a and b are the same bytes.
@@ -523,7 +146,7 @@ fence_seen_denied(text *lock_name)
 
 /*
  * fence_verify raises 55T01 unless token passes the fence of mode under
- * lock_name now (the rules and their ordering arguments: the file header,
+ * lock_name now (the rules and their ordering arguments: design.md §17,
  * and mark.c for 'seen'), and in mode 'live' 42501 when token is current
  * but the current user may not act for the lease's holder role (nothing
  * was locked then); relname is for the message (NULL: dlock_check).
@@ -654,8 +277,11 @@ fence_token_column(FenceConfig *config, Relation rel, HeapTuple tuple,
 	return *isnull ? 0 : DatumGetInt64(d);
 }
 
+PG_FUNCTION_INFO_V1(dlock_fence);
+PG_FUNCTION_INFO_V1(dlock_check);
+
 /*
- * dlock_fence() is the fencing trigger (the file header gives the rules
+ * dlock_fence() is the fencing trigger (design.md §17 gives the rules
  * and the ordering argument):
  *
  *	- BEFORE INSERT OR UPDATE ... FOR EACH ROW: returns the new row when its
@@ -708,14 +334,14 @@ dlock_fence(PG_FUNCTION_ARGS)
 						   trigdata->tg_trigger->tgname,
 						   RelationGetRelationName(trigdata->tg_relation))));
 
-	config = fence_config(fcinfo, trigdata);
+	config = DlockFenceGetConfig(fcinfo, trigdata);
 	rel = trigdata->tg_relation;
 	relname = RelationGetRelationName(rel);
 
 	/* TRUNCATE: the statement's one lock must have been checked */
 	if (TRIGGER_FIRED_BY_TRUNCATE(event))
 	{
-		lock_name = fence_lock_name(config, trigdata, NULL, &config->name);
+		lock_name = DlockFenceLockName(config, trigdata, NULL, &config->name);
 		token = fence_checked_token(rel, lock_name, "TRUNCATE", config->mode,
 									NULL);
 		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
@@ -729,7 +355,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 	{
 		HeapTuple	oldtuple = trigdata->tg_trigtuple;
 
-		lock_name = fence_lock_name(config, trigdata, oldtuple, &config->name);
+		lock_name = DlockFenceLockName(config, trigdata, oldtuple, &config->name);
 		token = fence_checked_token(rel, lock_name, "DELETE", config->mode,
 									NULL);
 		oldtoken = fence_token_column(config, rel, oldtuple, &isnull);
@@ -746,7 +372,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 	/* INSERT or UPDATE */
 	newtuple = TRIGGER_FIRED_BY_UPDATE(event) ?
 		trigdata->tg_newtuple : trigdata->tg_trigtuple;
-	lock_name = fence_lock_name(config, trigdata, newtuple, &config->name);
+	lock_name = DlockFenceLockName(config, trigdata, newtuple, &config->name);
 	token = fence_token_column(config, rel, newtuple, &isnull);
 	oldnull = true;
 	oldtoken = 0;
@@ -758,7 +384,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 		/* a template without columns names one lock for every row */
 		if (config->has_columns)
 		{
-			old_lock = fence_lock_name(config, trigdata, trigdata->tg_trigtuple,
+			old_lock = DlockFenceLockName(config, trigdata, trigdata->tg_trigtuple,
 									   &config->old_name);
 			moved = !fence_same_name(old_lock, lock_name);
 		}
@@ -848,7 +474,7 @@ dlock_check(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("mode must not be null")));
-	if (!fence_mode(text_to_cstring(PG_GETARG_TEXT_PP(2)), &checked.mode))
+	if (!DlockFenceParseMode(text_to_cstring(PG_GETARG_TEXT_PP(2)), &checked.mode))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("unknown fencing mode"),

@@ -7,144 +7,17 @@
  *	  shared_preload_libraries = 'dlock'; without it, and for whatever the
  *	  cache cannot answer, the fence reads the index (DlockLeaseFenceRead).
  *
- * Layout.  dlock.fence_cache_size names, in buckets of FENCE_WAYS entries
- * (0 turns the cache off); a bucket's first cache line holds its counters
- * and a tag (hash bits) per entry, so a lookup touches that line and the
- * one entry whose tag matches.  A name's bucket is chosen by its hash
- * (DlockNameHash) mixed with the database's OID.  An entry holds a key that
- * names one lease exactly: the database, the lease table's OID and
- * relfilenode (so DROP and CREATE EXTENSION, TRUNCATE, VACUUM FULL or
- * CLUSTER of the table never reach an old entry), the whole lock name (at
- * most FENCE_NAME_BYTES bytes; longer names are never cached, and the
- * bytes are always compared, never only a hash), the global epoch it was
- * filled in, the token, and the TID of the root of the row's HOT chain.
- * Only found tokens are cached: a name without a lease row is always read
- * from the index.
+ * Owns the buckets (FENCE_WAYS entries each, keyed exactly: database,
+ * the lease table's OID and relfilenode, the whole name), their open
+ * counts, versions and spinlocks, the global open count and epoch, and
+ * closing what a transaction opened at its end (DlockFenceCacheXactEnd,
+ * called by xact.c).  The rules other code must keep are design.md §12;
+ * the argument why a hit is never stale, with the memory order of both
+ * sides, is design.md §12's "Why a hit is never stale".
  *
- * Each bucket has an open count (changes of any of its names that are in
- * progress), a version (bumped by every fill and invalidation; odd while
- * an entry is being written) and a spinlock that serialises fills and
- * invalidations.  The shared part also has a global open count and a
- * 64-bit epoch, for changes that cannot name their bucket (a purge, a
- * transaction that changed more names than a backend remembers, a
- * superuser's session with dlock.fence_cache = off that wrote something).
- *
- * Writers.  Every change of a lease's token or of its existence (the first
- * INSERT of a name, a takeover, a purge's DELETE: store_ops.c and
- * lease_table.c; design.md §12), and every update of a lease row that is
- * not HOT (which moves the row's HOT chain: lease_write), calls
- * DlockFenceCacheOpen (or
- * DlockFenceCacheOpenAll) BEFORE it modifies the row, so before the change
- * can be seen by anyone, its own backend included.  That increments the
- * open count (an atomic read-modify-write: a full barrier) and remembers
- * the bucket in a backend-local list.  At the end of the top-level
- * transaction, commit or abort, fence_cache_xact_callback closes what it
- * opened: under the bucket's spinlock it clears the bucket's entries and
- * bumps its version, then it decrements the open count (for the global
- * one: bumps the epoch, then decrements the global open count).
- * XACT_EVENT_COMMIT and XACT_EVENT_ABORT are called after
- * ProcArrayEndTransaction (xact.c, PostgreSQL 15 to 18), so the change is
- * visible to every new snapshot by then.  Renew, release and break change
- * neither the token nor the row's existence, and open nothing.  Nothing is
- * ever published: a committed change is only invalidated, and the next
- * miss fills the new token.  A subtransaction that rolled back a change
- * needs nothing more: its bucket stays open until the top level ends.
- *
- * PREPARE TRANSACTION: the changes become visible when COMMIT PREPARED
- * runs, maybe in another backend, maybe after a restart.  The buckets (or
- * the global count) a prepared transaction opened are left open for good:
- * those names, or with the global count every name, are read from the
- * index until the server restarts.  Safe, and rare (a lease taken in a
- * prepared transaction).  A backend that dies without running its
- * callback also leaves its counts open; a crash restart rebuilds shared
- * memory.
- *
- * Readers (DlockFenceCacheGet, the 'latest' fence): read the bucket's open
- * count and the global one; read barrier; read the bucket's version and
- * the epoch; read barrier; look for the key among the entries; read
- * barrier; read them all again.  A hit needs both open counts zero, an
- * even version, the entry's epoch equal to the global epoch, and nothing
- * changed between the two reads.  Anything else is a miss.  On a miss
- * with nothing open, the reader keeps what it read first (a ticket), reads
- * the index with a fresh snapshot, and fills (DlockFenceCacheFill) only
- * if, under the bucket's spinlock, both open counts are zero and the
- * version and the epoch are still those of the ticket: so no change was
- * open, and none closed, at any moment between before the index read and
- * the fill.  A fill writes its entry between an odd and an even version
- * (write barriers), so a reader never takes a torn entry.
- *
- * Why a hit is never stale.  Say a change C of name K commits its new
- * state at time vis(C) (ProcArrayEndTransaction).  C's open increment
- * comes before vis(C) and its close (clear + version bump, or epoch bump,
- * then the decrement) after it.
- *
- *   (a) A fill stores what the index read at a moment when no change of
- *   the bucket was open or closed since the ticket: had C's visibility
- *   fallen after the ticket and before the fill, C would have been open
- *   at the fill (count > 0) or closed before it (version or epoch moved);
- *   had C been open at the ticket, the count was > 0.  So the entry is
- *   K's committed token from the index read until the next change of K
- *   opens.  Memory order: the increment is a full barrier before C
- *   touches the row; the ticket is read before the snapshot is taken
- *   (read barrier, and the ProcArrayLock of GetLatestSnapshot); the fill
- *   checks under the spinlock, and closes clear under the same spinlock.
- *
- *   (b) A reader that starts after vis(C) (for the fence: after the write
- *   it is ordered behind committed, fence.c) reads the open count after
- *   C's increment, since that came before vis(C) and vis(C) before the
- *   read.  Either it sees C still open (miss), or it sees a count from
- *   after C's decrement, and then, after its read barrier, the entries
- *   and version as C's close left them or newer (the close's writes come
- *   before the decrement, a full barrier): C's entry cleared, or a newer
- *   fill, which by (a) holds a token read after vis(C).  With the global
- *   count the same holds for the epoch: the bump comes before the
- *   decrement, and an entry counts only with the current epoch.
- *
- *   (c) The version, read before and after the entries, makes the reader
- *   take only an entry that no fill or close was writing meanwhile.
- *
- * So a hit returns the token the index read would return for a snapshot
- * taken when the reader started, which is what fence.c's ordering
- * argument needs of the read.  The reader's own uncommitted change is
- * open too (its own count), so it never hits across it.
- *
- * The root TID is only a hint, for the 'live' fence (DlockLeaseFenceLock),
- * which fetches the visible version of that HOT chain with a fresh
- * snapshot and checks the lock name, and reads the index when that finds
- * nothing; a SERIALIZABLE transaction always reads the index (SSI needs
- * its predicate locks).  The hint must only never point past the table's
- * end, and it does not: an entry's root was the root of the name's row
- * when it was filled, that stays so until a non-HOT update or a delete of
- * the row, which opens the bucket before and closes it (clearing the
- * entry) at its transaction's end, before its locks are released; VACUUM
- * truncates a table only under AccessExclusiveLock, and never truncates a
- * page with a used line pointer (a HOT chain's root); and the 'live' fence
- * holds RowShareLock on the table from before its cache lookup.
- *
- * The key makes the rest safe.  A TRUNCATE of the lease table (the
- * isolation specs do that) gives it a new relfilenode; the reader takes
- * the relfilenode from the relation it has locked with AccessShareLock
- * (which waits for the TRUNCATE's AccessExclusiveLock and then processes
- * its invalidation), so old entries are never matched again; a relation
- * whose relfilenode this transaction created is neither read from nor
- * filled into the cache.  DROP and CREATE EXTENSION gives a new table OID.
- *
- * Nothing but dlock's functions may write the lease table (ordinary roles
- * cannot).  A superuser who changes its rows by hand (UPDATE, DELETE,
- * INSERT) must do it in a session with dlock.fence_cache = off: such a
- * session reads nothing from the cache, and every transaction of it that
- * wrote anything opens the global count at PRE_COMMIT (before its changes
- * become visible) and bumps the epoch when it ends, which drops every
- * entry.  Without that, fenced writes may be checked against the tokens
- * from before the hand edit until the names are changed by dlock or the
- * server restarts (docs/sql-reference.md, "Settings").  A session with
- * session_replication_role = replica is treated the same way: logical
- * replication's apply worker runs so, and it writes the rows of a
- * subscribed lease table without dlock's functions.
- *
- * Concurrency summary: the bucket's spinlock is held only to fill or
- * clear entries (no other lock is taken meanwhile, nothing can raise);
- * readers take no lock; open counts, versions and the epoch are atomics.
+ * Concurrency: the bucket's spinlock is held only to fill or clear entries
+ * (no other lock is taken meanwhile, nothing can raise); readers take no
+ * lock; open counts, versions and the epoch are atomics.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -157,8 +30,11 @@
 #include "commands/trigger.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/guc.h"
 #include "utils/rel.h"
 
 #include "compat.h"
@@ -230,6 +106,15 @@ typedef struct FenceCacheShared
 } FenceCacheShared;
 
 /* NULL unless preloaded with a size > 0 */
+/* dlock.fence_cache_size: names the cache holds (only with preload) */
+static int	dlock_fence_cache_size = 65536;
+
+/* dlock.fence_cache: whether this session's fence uses the cache */
+static bool dlock_fence_cache = true;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 static FenceCacheShared *fence_shared = NULL;
 static FenceBucket *fence_buckets = NULL;
 
@@ -249,11 +134,11 @@ fence_nbuckets(void)
 }
 
 /*
- * DlockFenceCacheShmemSize returns the bytes of shared memory the cache
- * needs (0 when it is off).
+ * fence_shmem_size returns the bytes of shared memory the cache needs (0
+ * when it is off).
  */
-Size
-DlockFenceCacheShmemSize(void)
+static Size
+fence_shmem_size(void)
 {
 	if (fence_nbuckets() == 0)
 		return 0;
@@ -262,11 +147,23 @@ DlockFenceCacheShmemSize(void)
 }
 
 /*
- * DlockFenceCacheShmemInit attaches to (or, first, initialises) the
- * cache's shared memory.  Caller holds AddinShmemInitLock.
+ * fence_shmem_request asks for the cache's shared memory, after chaining
+ * to the previous hook.
  */
-void
-DlockFenceCacheShmemInit(void)
+static void
+fence_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(fence_shmem_size());
+}
+
+/*
+ * fence_shmem_init attaches to (or, first, initialises) the cache's shared
+ * memory.  Caller holds AddinShmemInitLock.
+ */
+static void
+fence_shmem_init(void)
 {
 	bool		found;
 	int			nbuckets = fence_nbuckets();
@@ -275,7 +172,7 @@ DlockFenceCacheShmemInit(void)
 	if (nbuckets == 0)
 		return;
 	fence_shared = ShmemInitStruct("dlock fence cache",
-								   DlockFenceCacheShmemSize(), &found);
+								   fence_shmem_size(), &found);
 	fence_buckets = (FenceBucket *) ((char *) fence_shared +
 									 CACHELINEALIGN(sizeof(FenceCacheShared)));
 	if (found)
@@ -296,6 +193,20 @@ DlockFenceCacheShmemInit(void)
 		SpinLockInit(&b->st.s.mutex);
 		b->st.s.victim = 0;
 	}
+}
+
+/*
+ * fence_shmem_startup attaches to the cache's shared memory, after
+ * chaining to the previous hook.  Takes AddinShmemInitLock.
+ */
+static void
+fence_shmem_startup(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	fence_shmem_init();
+	LWLockRelease(AddinShmemInitLock);
 }
 
 /*
@@ -553,14 +464,14 @@ fence_close(void)
 }
 
 /*
- * fence_cache_xact_callback closes, when the top-level transaction ends
+ * DlockFenceCacheXactEnd (xact.c calls it) closes, when the top-level transaction ends
  * (after ProcArrayEndTransaction), what it opened; leaves it open for good
  * when it was prepared; and before a session with dlock.fence_cache = off
  * or session_replication_role = replica (logical replication's apply)
  * commits or prepares a transaction that wrote, opens the global count.
  */
-static void
-fence_cache_xact_callback(XactEvent event, void *arg)
+void
+DlockFenceCacheXactEnd(XactEvent event)
 {
 	if (fence_shared == NULL)
 		return;
@@ -594,13 +505,43 @@ fence_cache_xact_callback(XactEvent event, void *arg)
 }
 
 /*
- * DlockFenceCacheInit registers the transaction callback, when dlock is
- * being preloaded (_PG_init; inherited by every backend).
+ * DlockFenceCacheInit defines dlock.fence_cache and, when dlock is being
+ * preloaded, dlock.fence_cache_size (fixed at server start, so a setting
+ * only then) and the hooks of the cache's shared memory; _PG_init calls
+ * it.
  */
 void
 DlockFenceCacheInit(void)
 {
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("dlock.fence_cache_size",
+								"Lock names whose current token the fence cache keeps in shared memory.",
+								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
+								"from this cache instead of the lease table's index.  Each name takes "
+								"136 bytes; 0 turns the cache off.",
+								&dlock_fence_cache_size,
+								65536,
+								0,
+								16777216,
+								PGC_POSTMASTER,
+								0,
+								NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("dlock.fence_cache",
+							 "Whether this session's fence checks use the fence cache.",
+							 "Off: the fence reads the lease table's index, and every transaction "
+							 "of the session that writes drops the whole cache when it commits.  A "
+							 "superuser who writes dlock_lease by hand must do it with this off.",
+							 &dlock_fence_cache,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+
 	if (!process_shared_preload_libraries_in_progress)
 		return;
-	RegisterXactCallback(fence_cache_xact_callback, NULL);
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = fence_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = fence_shmem_startup;
 }

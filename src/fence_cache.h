@@ -17,8 +17,7 @@
 #ifndef DLOCK_FENCE_CACHE_H
 #define DLOCK_FENCE_CACHE_H
 
-#include "postgres.h"
-
+#include "access/xact.h"
 #include "storage/itemptr.h"
 #include "utils/relcache.h"
 
@@ -36,14 +35,11 @@ typedef struct DlockFenceCacheTicket
 	Oid			relnumber;		/* its relfilenode */
 } DlockFenceCacheTicket;
 
-/* settings (dlock.c) */
-extern int	dlock_fence_cache_size; /* dlock.fence_cache_size, in names */
-extern bool dlock_fence_cache;	/* dlock.fence_cache */
-
-/* shared memory (shmem.c calls them when dlock is preloaded) */
-extern Size DlockFenceCacheShmemSize(void);
-extern void DlockFenceCacheShmemInit(void);
+/* its settings and shared memory (_PG_init) */
 extern void DlockFenceCacheInit(void);
+
+/* the end of a transaction (xact.c) */
+extern void DlockFenceCacheXactEnd(XactEvent event);
 
 /* the fence's read and lock (lease_table.c) */
 extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,

@@ -36,6 +36,8 @@
  */
 #include "postgres.h"
 
+#include <limits.h>
+
 #include "access/xact.h"
 #include "access/xlog.h"
 #include "fmgr.h"
@@ -49,6 +51,9 @@
 
 #include "compat.h"
 #include "dlock.h"
+
+/* dlock.max_ttl: the longest ttl an acquire or renew may ask for, in s */
+static int	dlock_max_ttl = 86400;
 
 PG_FUNCTION_INFO_V1(dlock_acquire);
 PG_FUNCTION_INFO_V1(dlock_renew);
@@ -619,4 +624,24 @@ dlock_token_init(PG_FUNCTION_ARGS)
 	DlockCheckWritable("dlock_token_init");
 	DlockStoreTokenInit(fcinfo->flinfo->fn_oid);
 	PG_RETURN_VOID();
+}
+
+/*
+ * DlockLeaseInit defines dlock.max_ttl; _PG_init calls it.
+ */
+void
+DlockLeaseInit(void)
+{
+	DefineCustomIntVariable("dlock.max_ttl",
+							"Longest lease time-to-live that dlock_acquire and dlock_renew accept.",
+							"A crashed holder blocks a lock name for up to its ttl, so long "
+							"ttls trade availability for fewer renewals.  Raising it weakens "
+							"the protection, so only superusers may change it.",
+							&dlock_max_ttl,
+							86400,
+							1,
+							INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_S,
+							NULL, NULL, NULL);
 }

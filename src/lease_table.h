@@ -17,8 +17,6 @@
 #ifndef DLOCK_LEASE_TABLE_H
 #define DLOCK_LEASE_TABLE_H
 
-#include "postgres.h"
-
 #include "access/attnum.h"
 #include "datatype/timestamp.h"
 #include "utils/relcache.h"
@@ -94,14 +92,6 @@ typedef struct DlockLeaseChangeOp
 	text	   *found_owner;	/* only when a lease event wants it */
 } DlockLeaseChangeOp;
 
-/* The security context saved by DlockRestrictedBegin. */
-typedef struct DlockRestricted
-{
-	Oid			save_userid;
-	int			save_sec_context;
-	int			save_nestlevel;
-} DlockRestricted;
-
 extern void DlockLeaseTableDescribe(DlockLeaseTable *table, Relation rel);
 extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  Oid seqrelid, text *lock_name,
@@ -119,18 +109,5 @@ extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
 extern void DlockLeaseFenceLock(const DlockLeaseTable *table,
 								text *lock_name, int64 token,
 								DlockFenceLease *lease);
-/* What DlockMarkLock did. */
-typedef enum DlockMarkLockResult
-{
-	DLOCK_MARK_LOCKED,			/* the mark is locked; its token read */
-	DLOCK_MARK_UNSURE			/* nothing done: run the SQL statement */
-} DlockMarkLockResult;
-
-extern DlockMarkLockResult DlockMarkLock(Oid relid, AttrNumber att_owner,
-										 AttrNumber att_name,
-										 AttrNumber att_token, Oid owner,
-										 text *lock_name, int64 *token);
-extern void DlockRestrictedBegin(DlockRestricted *saved);
-extern void DlockRestrictedEnd(DlockRestricted *saved);
 
 #endif							/* DLOCK_LEASE_TABLE_H */

@@ -6,67 +6,16 @@
  *	  highest token accepted so far for each lock name, kept in the
  *	  extension's table dlock_fence_mark (dumped with the database).  A
  *	  token lower than the mark is rejected; a higher one raises it.  This
- *	  file owns that rule (DlockMarkCheck) and the removal of old marks
- *	  (DlockMarkPurge); fence.c calls them for the trigger and dlock_check.
+ *	  file owns that rule (DlockMarkCheck), the mark's row lock without SQL
+ *	  in the common case, the removal of old marks (DlockMarkPurge), and
+ *	  who may raise and hold them (DlockMarkOwners); fence.c calls them.
  *
- * Mode 'seen' needs no lease here: the token was issued by the lease store
- * elsewhere, and this database only knows the tokens it has been shown.  A
- * token of another lock, or one nobody issued, is accepted when it is not
- * lower than the mark; the writers of a fenced table are trusted to carry
- * the tokens their lease store gave them (docs/guarantees.md).
- *
- * Who may raise or hold a mark.  A mark is kept per lock name and per owner
- * of the fenced tables (the column table_owner): the tables of one owner
- * share their marks, and a write to a table raises and holds the mark of
- * its owner.  The trigger needs nothing more: a role that may write the
- * table is one of its writers.  dlock_check in mode 'seen' has no table:
- * it raises and holds the marks of every owner one of whose tables the
- * caller may write (INSERT, UPDATE, DELETE or TRUNCATE, on the table or an
- * INSERT or UPDATE on one of its columns) and that has an enabled
- * dlock_fence trigger in mode 'seen' whose template can make the name
- * (DlockMarkOwners); a caller with none gets 42501 and locks nothing.  So
- * a role that may write none of an owner's tables fenced by a lock can
- * neither raise (brick) nor hold (block) that owner's mark of it, and a
- * table of its own, fenced by any template it likes, only moves marks of
- * its own.  The tables with 'seen' fences are read from pg_trigger once
- * and kept until the next relcache invalidation (a trigger, an owner or a
- * privilege that changes invalidates its table's entry; store.c counts
- * them).
- *
- * Concurrency: why no write with a lower token commits after one with a
- * higher token.
- *
- * Every accepted check holds the lock name's mark row locked FOR NO KEY
- * UPDATE until its transaction ends: it locks the row (STMT_MARK_LOCK, a
- * SELECT ... FOR NO KEY UPDATE with READ COMMITTED rules: it waits for a
- * transaction that holds the row locked or changed it, then reads the
- * newest version), compares, and when its token is higher updates the row
- * it holds (STMT_MARK_RAISE).  A name with no mark yet gets one by INSERT
- * ... ON CONFLICT DO NOTHING, which makes a concurrent inserter of the
- * same name wait for the first one's transaction and then find its row;
- * the loser starts over and locks that row.  An inserted row is the
- * inserter's until it commits, like a locked one.
- *
- * So the accepted writes under one lock name are serialized by the mark's
- * row lock: say W1 with token t1 committed, and W2 with t2 checks.  Either
- * W2 locked the mark after W1's transaction ended, and read a mark >= t1
- * (W1 left it at max(mark, t1)), so W2 passes only if t2 >= t1; or W2
- * locked it first and W1 waited for W2 to end, which contradicts W1
- * committing first unless W2 rolled back.  A writer rejected for a lower
- * token raises an error, which ends the (sub)transaction and its lock.
- * Hence the tokens of the accepted writes, in commit order, never go
- * down; and a stale holder's write after a newer holder's commit is
- * rejected, which is the seed's rule: the resource rejects a token lower
- * than the highest it has seen.
- *
- * The cost is that writers of one lock name wait for each other's
- * transactions.  Writers of one lock are meant to be one holder, and a
- * transaction that has locked the mark re-checks it for free (checked.c
- * records that the mark is locked, fence.c skips the statement).
- *
- * Everything here runs as one store session (store.c: as the extension's
- * owner, statements with a fresh snapshot under READ COMMITTED rules;
- * in a SERIALIZABLE transaction a mark changed concurrently raises 40001).
+ * Concurrency: every accepted check holds the lock name's mark row (per
+ * owner of the fenced tables) FOR NO KEY UPDATE until its transaction
+ * ends, raising it in place when its token is higher; a name with no mark
+ * yet gets one by INSERT ... ON CONFLICT DO NOTHING.  So the accepted
+ * writes under one name commit in non-decreasing token order: design.md
+ * §18 has the argument.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -76,8 +25,12 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
@@ -85,8 +38,11 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
@@ -105,6 +61,122 @@ typedef struct MarkCheckOp
 	bool		accepted;		/* out */
 	int64		mark;			/* out: the mark when rejected */
 } MarkCheckOp;
+
+/* What mark_lock did. */
+typedef enum MarkLockResult
+{
+	MARK_LOCKED,				/* the mark is locked; its token read */
+	MARK_UNSURE					/* nothing done: run the SQL statement */
+} MarkLockResult;
+
+/*
+ * mark_slot_has_name reports whether column att_name of the version in
+ * slot is lock_name.
+ */
+static bool
+mark_slot_has_name(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att_name, &isnull);
+	text	   *name;
+
+	if (isnull)
+		return false;
+	name = DatumGetTextPP(d);
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
+ * mark_lock is the common case of mode 'seen' without SPI:
+ * it looks the mark of (owner, lock_name) up in the mark table relid
+ * (whose primary key is on columns att_owner, a regrole, and att_name,
+ * text in the "C" collation) with a fresh snapshot, locks the visible
+ * version FOR NO KEY UPDATE, waiting, and following a concurrently changed
+ * row to its newest version as READ COMMITTED does, sets *token to that
+ * version's column att_token, and returns MARK_LOCKED.  Anything
+ * else (no row, a row deleted or changed in a way it does not follow, a
+ * SERIALIZABLE transaction, which needs SSI's predicate locks of the SQL
+ * statement) returns MARK_UNSURE and locks nothing new: the caller
+ * then runs the SQL statement, which handles every case.  Takes
+ * RowShareLock on the table and AccessShareLock on its index, kept until
+ * the transaction ends.  Evaluates no user-defined function.
+ */
+static MarkLockResult
+mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
+		  AttrNumber att_token, Oid owner, text *lock_name, int64 *token)
+{
+	Relation	rel;
+	Relation	idx;
+	Oid			pkey;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	IndexScanDesc scan;
+	ScanKeyData keys[2];
+	bool		found;
+	MarkLockResult result = MARK_UNSURE;
+
+	if (IsolationIsSerializable())
+		return MARK_UNSURE;
+	rel = table_open(relid, RowShareLock);
+	pkey = DlockPrimaryKeyIndex(rel);
+	if (!OidIsValid(pkey))
+	{
+		table_close(rel, NoLock);
+		return MARK_UNSURE;
+	}
+	idx = index_open(pkey, AccessShareLock);
+	if (IndexRelationGetNumberOfKeyAttributes(idx) != 2 ||
+		idx->rd_index->indkey.values[0] != att_owner ||
+		idx->rd_index->indkey.values[1] != att_name)
+	{
+		index_close(idx, NoLock);
+		table_close(rel, NoLock);
+		return MARK_UNSURE;
+	}
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
+	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+	scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	/* no index page stays pinned while the lock below waits */
+	index_endscan(scan);
+	if (found)
+	{
+		ItemPointerData tid = slot->tts_tid;
+		TM_FailureData tmfd;
+
+		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
+							 LockTupleNoKeyExclusive, LockWaitBlock,
+							 TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS |
+							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
+							 &tmfd) == TM_Ok)
+		{
+			bool		isnull;
+			Datum		d = slot_getattr(slot, att_owner, &isnull);
+
+			/* the newest version is still the mark of (owner, lock_name) */
+			if (!isnull && DatumGetObjectId(d) == owner &&
+				mark_slot_has_name(slot, att_name, lock_name))
+			{
+				d = slot_getattr(slot, att_token, &isnull);
+				Assert(!isnull);
+				*token = DatumGetInt64(d);
+				result = MARK_LOCKED;
+			}
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	return result;
+}
 
 /*
  * mark_check_op is the body of DlockMarkCheck; a StoreOp.  Its result
@@ -141,9 +213,9 @@ mark_check_op(void *arg)
 
 		/* the common case directly, the rest by the statement */
 		locked = (round == 0 &&
-				  DlockMarkLock(markrelid, att_owner, att_name, att_token,
+				  mark_lock(markrelid, att_owner, att_name, att_token,
 								m->table_owner, m->lock_name,
-								&mark) == DLOCK_MARK_LOCKED);
+								&mark) == MARK_LOCKED);
 		if (!locked &&
 			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
 		{

@@ -94,10 +94,8 @@ name_hash_key_init(void)
 		char	   *reason = pstrdup(pg_cryptohash_error(ctx));
 
 		pg_cryptohash_free(ctx);
-		ereport(ERROR,
-				(errcode(ERRCODE_INTERNAL_ERROR),
-				 errmsg("could not derive the key of dlock's name hash: %s",
-						reason)));
+		elog(ERROR, "could not derive the key of dlock's name hash: %s",
+			 reason);
 	}
 	pg_cryptohash_free(ctx);
 	key0 = sip_load_le(digest);

@@ -43,6 +43,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
@@ -81,7 +82,10 @@ typedef struct StatsShared
 static StatsShared *stats_shmem = NULL;
 
 /* dlock.track_stats */
-bool		dlock_track_stats = true;
+static bool dlock_track_stats = true;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* This backend's block, once it counted; stats_unavailable: none to have. */
 static StatsBackend *my_stats = NULL;
@@ -98,25 +102,42 @@ stats_nbackends(void)
 }
 
 /*
- * DlockStatsShmemSize returns the bytes of shared memory the counters need.
+ * stats_shmem_size returns the bytes of shared memory the counters need.
  */
-Size
-DlockStatsShmemSize(void)
+static Size
+stats_shmem_size(void)
 {
 	return add_size(offsetof(StatsShared, backends),
 					mul_size(stats_nbackends(), sizeof(StatsBackend)));
 }
 
 /*
- * DlockStatsShmemInit attaches to (or, first, sets up) the counters' shared
- * memory.  Called from shmem_startup under AddinShmemInitLock.
+ * stats_shmem_request asks for the counters' shared memory and LWLock,
+ * after chaining to the previous hook.
  */
-void
-DlockStatsShmemInit(void)
+static void
+stats_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(stats_shmem_size());
+	RequestNamedLWLockTranche("dlock stats", 1);
+}
+
+/*
+ * stats_shmem_startup attaches to (or, first, sets up) the counters'
+ * shared memory, after chaining to the previous hook.  Takes
+ * AddinShmemInitLock.
+ */
+static void
+stats_shmem_startup(void)
 {
 	bool		found;
 
-	stats_shmem = ShmemInitStruct("dlock stats", DlockStatsShmemSize(), &found);
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	stats_shmem = ShmemInitStruct("dlock stats", stats_shmem_size(), &found);
 	if (!found)
 	{
 		int			i;
@@ -139,6 +160,31 @@ DlockStatsShmemInit(void)
 			}
 		}
 	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * DlockStatsInit defines dlock.track_stats and, when dlock is being
+ * preloaded, installs the hooks of the counters' shared memory; _PG_init
+ * calls it.
+ */
+void
+DlockStatsInit(void)
+{
+	DefineCustomBoolVariable("dlock.track_stats",
+							 "Whether lease operations and fence decisions are counted for dlock_stats.",
+							 "Needs shared_preload_libraries = 'dlock'.",
+							 &dlock_track_stats,
+							 true,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = stats_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = stats_shmem_startup;
 }
 
 /*

@@ -3,17 +3,18 @@
  * src/store.c
  *	  The lease store: every access to the lease table (dlock_lease) and
  *	  the token sequence (dlock_token_seq) starts here.  This file owns the
- *	  per-backend cache, the switch to the table's owner, the SQL
- *	  statements and the session runner (DlockStoreRun); store_ops.c owns
- *	  the operations run in a session (acquire, renew, release, break,
- *	  purge, token init), lease_table.c the direct access to the table,
+ *	  switch to the table's owner, the SQL statements and their plans, and
+ *	  the session runner (DlockStoreRun); store_cache.c owns the cache of
+ *	  where the extension lives, store_ops.c the operations run in a
+ *	  session (acquire, renew, release, break, purge, token init),
+ *	  lease_table.c and its siblings the direct access to the table,
  *	  token.c the token jumps.
  *
  * The hot paths (taking over an ended lease, renew, release, break, and the
  * fence's read and lock) access the table directly (lease_table.c); the
  * 'latest' fence is mostly answered by the fence cache in shared memory
  * (fence_cache.c, with preload).  The rest (creating a name's first row,
- * purge) are SQL statements prepared once per backend through SPI, kept
+ * purge) are SQL statements prepared when first run through SPI, kept
  * with SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both
  * follow READ COMMITTED rules, so a call sees and changes the leases as
  * they are now even inside a REPEATABLE READ transaction (in a
@@ -26,59 +27,21 @@
  * cannot redirect it; the direct paths name nothing at all.  Functions of
  * an index a DBA added, which an insertion of index entries evaluates as
  * the owner, run as a security-restricted operation with a pinned
- * search_path, as during REINDEX (DlockRestrictedBegin in lease_table.c).
+ * search_path, as during REINDEX (DlockRestrictedBegin, store_restricted.c).
  *
  * The extension's schema is that of the calling SQL function (fn_oid), so
- * nothing is looked up by name in pg_extension.  The schema, the table OID,
- * its owner and the plans are cached per backend; a relcache invalidation
- * of the lease table (DROP EXTENSION, ALTER ... OWNER, a cache reset) marks
- * the cache stale and the next call rebuilds it.
+ * nothing is looked up by name in pg_extension.  The relations are cached
+ * per backend by store_cache.c; a statement is prepared when this backend
+ * first runs it, and the plans are dropped when that cache was rebuilt.
  *
- * Concurrency (the locking protocol):
- *
- * - Acquire never waits for another transaction; renew, release and break
- *   may wait for one that changed or locked the same row.  A call that
- *   changes nothing keeps no row lock.  lease_table.c's header gives the
- *   row locks of the direct operations (takeover, renew, release, break,
- *   the 'latest' fence's read).
- *
- * - A name with no row yet is created by INSERT ... ON CONFLICT DO NOTHING.
- *   Two sessions inserting the same new name would make the second wait
- *   for the first's transaction, so an inserter first takes the name lock:
- *   a transaction-scoped advisory lock in dlock's own class
- *   (DLOCK_LOCKTAG_CLASS, so it never collides with the application's
- *   pg_advisory_lock keys) on a 64-bit hash of the name, without waiting.
- *   If it cannot be had, another session is creating the name: held.  If
- *   the INSERT then finds a row after all, the name lock is released at
- *   once; if it inserted, the lock stays until the transaction ends, so
- *   no later inserter can block on the uncommitted row.  Order: name lock,
- *   then the index insertion.  Nobody waits on the name lock, so it cannot
- *   take part in a deadlock.
- *
- * - The 'live' fence locks the lease row FOR KEY SHARE
- *   (DlockLeaseFenceLock), waiting for an uncommitted acquire, takeover or
- *   break of that row (the FOR UPDATE of a takeover conflicts) and then
- *   reading the newest version.  The lock is held until the writer's
- *   transaction ends, so no acquirer can take the lease over before then;
- *   renew and release still can run.  fence.c's header gives the ordering
- *   argument.
- *
- * - Every change of a lease's token or existence (the first INSERT of a
- *   name, a takeover, a purge) opens the name's bucket of the fence cache
- *   before it modifies the row, and the bucket stays open until the
- *   transaction has ended (fence_cache.c's header: why the 'latest' fence
- *   then never reads a stale token from it).
- *
- * - Tokens come from nextval() on the sequence, taken when a lease is
- *   granted (and by an INSERT that then meets a concurrent row), so they
- *   are unique and increasing across all names; a rolled back grant simply
- *   skips its number.
- *
- * - A token must never be handed out twice, also across a crash, a
- *   failover or a restore.  Before its first grant a backend has token.c
- *   check the token identity (and jump the sequence forward when needed),
- *   and after each grant has token.c make the token durable
- *   (DlockTokenMakeDurable; token.c's header says how).
+ * Concurrency: acquire never waits for another transaction; renew,
+ * release and break may wait for one that changed or locked the same row;
+ * a call that changes nothing keeps no row lock.  A name's first row is
+ * created under dlock's name lock (a transaction-scoped advisory lock in
+ * its own class, taken without waiting: it cannot deadlock), then the
+ * index insertion.  Every change of a token or of a row's existence opens
+ * the name's fence cache bucket first.  The whole protocol: design.md
+ * §14, "The store's locking protocol".
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -204,33 +167,6 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 	},
 };
 
-/* How many calling functions the cache remembers as being in its schema. */
-#define DLOCK_KNOWN_FNS		8
-
-/* Per-backend cache of where the extension lives, and the saved plans. */
-typedef struct DlockStoreCache
-{
-	bool		valid;			/* false: rebuild before use */
-	uint64		inval_count;	/* relcache invalidations seen so far */
-	Oid			nspid;			/* the extension's schema */
-	DlockLeaseTable table;		/* dlock_lease: where it is, its columns */
-	Oid			seqrelid;		/* dlock_token_seq */
-	Oid			originrelid;	/* dlock_token_origin (InvalidOid before 1.1) */
-	Oid			markrelid;		/* dlock_fence_mark (InvalidOid before 1.2) */
-	AttrNumber	mark_att_owner; /* its table_owner, lock_name and token */
-	AttrNumber	mark_att_name;
-	AttrNumber	mark_att_token;
-	Oid			fns[DLOCK_KNOWN_FNS];	/* functions known to be in nspid */
-	SPIPlanPtr	plans[NUM_STMTS];
-} DlockStoreCache;
-
-static DlockStoreCache store_cache;
-
-static bool callback_registered = false;
-
-/* Every relcache invalidation this backend has seen (DlockStoreRelcacheInvals). */
-static uint64 relcache_invals = 0;
-
 /* The identity to restore after running as the table owner. */
 typedef struct DlockStoreSession
 {
@@ -240,198 +176,72 @@ typedef struct DlockStoreSession
 
 /* Whether the current code runs as the lease table's owner (store_begin). */
 #define STORE_AS_OWNER() \
-	(InLocalUserIdChange() && GetUserId() == store_cache.table.owner)
+	(InLocalUserIdChange() && GetUserId() == DlockStoreTable()->owner)
 
 /*
- * store_relcache_callback counts every relcache invalidation
- * (DlockStoreRelcacheInvals) and marks the cache stale when the lease
- * table's entry is invalidated (or all entries are).  It only counts and
- * flips a flag: freeing plans here could pull them from under a running
- * call.
+ * The statements' plans, prepared when first run (store_plan) and kept
+ * with SPI_keepplan; freed when the cache of the extension's relations
+ * was rebuilt since (plans_generation: its DlockStoreCacheGeneration).
+ */
+static SPIPlanPtr plans[NUM_STMTS];
+static uint64 plans_generation = 0;
+
+/*
+ * store_forget_plans frees the plans when store_cache.c rebuilt its cache
+ * since they were prepared.  Called at the start of a store session, never
+ * while a plan runs.
  */
 static void
-store_relcache_callback(Datum arg, Oid relid)
-{
-	relcache_invals++;
-	if (!OidIsValid(relid) || relid == store_cache.table.relid)
-	{
-		store_cache.valid = false;
-		store_cache.inval_count++;
-	}
-}
-
-/*
- * store_register_callback registers store_relcache_callback, once per
- * backend (PostgreSQL allows an extension few relcache callbacks: dlock
- * registers this one only).
- */
-static void
-store_register_callback(void)
-{
-	if (!callback_registered)
-	{
-		CacheRegisterRelcacheCallback(store_relcache_callback, (Datum) 0);
-		callback_registered = true;
-	}
-}
-
-/*
- * DlockStoreRelcacheInvals returns how many relcache invalidations (of any
- * relation) this backend has processed since it registered dlock's
- * callback, which it does now if it has not: a cache of catalog contents
- * that any relation's change may change (mark.c's list of 'seen' fences)
- * is current while this number has not moved since it was read.
- */
-uint64
-DlockStoreRelcacheInvals(void)
-{
-	store_register_callback();
-	return relcache_invals;
-}
-
-/*
- * store_cache_current reports whether store_cache is valid for the schema
- * of the SQL function fn_oid.
- */
-static bool
-store_cache_current(Oid fn_oid)
+store_forget_plans(void)
 {
 	int			i;
 
-	if (!store_cache.valid)
-		return false;
-	for (i = 0; i < DLOCK_KNOWN_FNS && OidIsValid(store_cache.fns[i]); i++)
-	{
-		if (store_cache.fns[i] == fn_oid)
-			return true;
-	}
-	if (store_cache.nspid != get_func_namespace(fn_oid))
-		return false;
-	/* remember it (a function's schema changes only with an invalidation) */
-	if (i == DLOCK_KNOWN_FNS)
-		i = 0;
-	store_cache.fns[i] = fn_oid;
-	return true;
-}
-
-/*
- * store_prepare_cache makes store_cache valid for the schema of the SQL
- * function fn_oid: finds dlock_lease and its owner and prepares every
- * statement.  Must run inside SPI_connect.  Raises if the extension's
- * table is missing (a broken install).
- */
-static void
-store_prepare_cache(Oid fn_oid)
-{
-	Oid			nspid;
-	char	   *nspname;
-	const char *qnsp;
-	Oid			relid;
-	HeapTuple	tup;
-	uint64		inval_start;
-	int			i;
-	DlockRestricted restricted;
-
-	if (store_cache_current(fn_oid))
+	if (plans_generation == DlockStoreCacheGeneration())
 		return;
-	nspid = get_func_namespace(fn_oid);
-	store_cache.valid = false;
-	memset(store_cache.fns, 0, sizeof(store_cache.fns));
-	inval_start = store_cache.inval_count;
-
-	store_register_callback();
-
 	for (i = 0; i < NUM_STMTS; i++)
 	{
-		if (store_cache.plans[i] != NULL)
+		if (plans[i] != NULL)
 		{
-			SPI_freeplan(store_cache.plans[i]);
-			store_cache.plans[i] = NULL;
+			SPI_freeplan(plans[i]);
+			plans[i] = NULL;
 		}
 	}
+	plans_generation = DlockStoreCacheGeneration();
+}
 
-	nspname = get_namespace_name(nspid);
+/*
+ * store_plan returns the plan of statement id, preparing it first when
+ * this backend has not yet (within SPI, run restricted by the caller:
+ * planned with the search_path it runs with, DlockStoreExec).  Raises
+ * 0A000 for a statement on the mark table when the extension has none.
+ */
+static SPIPlanPtr
+store_plan(DlockStmt id)
+{
+	const DlockStmtDef *def = &stmt_defs[id];
+	char	   *nspname;
+	char	   *sql;
+	SPIPlanPtr	plan;
+
+	Assert(plans_generation == DlockStoreCacheGeneration());
+	if (plans[id] != NULL)
+		return plans[id];
+	if (def->marks)
+		DlockStoreRequireMarks();
+	nspname = get_namespace_name(DlockStoreCacheSchema());
 	if (nspname == NULL)
-		elog(ERROR, "cache lookup failed for namespace %u", nspid);
-	relid = get_relname_relid("dlock_lease", nspid);
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("lease table of extension \"dlock\" is missing"),
-				 errdetail("Relation \"%s.dlock_lease\" does not exist.", nspname),
-				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
-
-	store_cache.seqrelid = get_relname_relid("dlock_token_seq", nspid);
-	if (!OidIsValid(store_cache.seqrelid))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("token sequence of extension \"dlock\" is missing"),
-				 errdetail("Sequence \"%s.dlock_token_seq\" does not exist.", nspname),
-				 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
-
-	/* absent when the extension's SQL is 1.0: then no token jumps */
-	store_cache.originrelid = get_relname_relid("dlock_token_origin", nspid);
-	/* absent when the extension's SQL is older than 1.2: then no 'seen' */
-	store_cache.markrelid = get_relname_relid("dlock_fence_mark", nspid);
-	if (OidIsValid(store_cache.markrelid))
-	{
-		store_cache.mark_att_owner = get_attnum(store_cache.markrelid, "table_owner");
-		store_cache.mark_att_name = get_attnum(store_cache.markrelid, "lock_name");
-		store_cache.mark_att_token = get_attnum(store_cache.markrelid, "token");
-		if (store_cache.mark_att_owner <= 0 || store_cache.mark_att_name <= 0 ||
-			store_cache.mark_att_token <= 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-					 errmsg("mark table of extension \"dlock\" has unexpected columns"),
-					 errhint("Reinstall the extension with DROP EXTENSION dlock and CREATE EXTENSION dlock.")));
-	}
-	DlockTokenForget();
-
-	{
-		Relation	rel = table_open(relid, AccessShareLock);
-
-		DlockLeaseTableDescribe(&store_cache.table, rel);
-		table_close(rel, AccessShareLock);
-	}
-
-	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for relation %u", relid);
-	store_cache.table.owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
-	ReleaseSysCache(tup);
-
-	store_cache.nspid = nspid;
-	store_cache.table.relid = relid;
-
-	/* planned with the search_path they run with (DlockStoreExec) */
-	qnsp = quote_identifier(nspname);
-	DlockRestrictedBegin(&restricted);
-	for (i = 0; i < NUM_STMTS; i++)
-	{
-		const DlockStmtDef *def = &stmt_defs[i];
-		char	   *sql;
-		SPIPlanPtr	plan;
-
-		if (def->marks && !OidIsValid(store_cache.markrelid))
-			continue;
-		sql = psprintf(def->sql, qnsp);
-		plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
-		if (plan == NULL)
-			elog(ERROR, "SPI_prepare failed for dlock statement %d: %s",
-				 i, SPI_result_code_string(SPI_result));
-		if (SPI_keepplan(plan) != 0)
-			elog(ERROR, "SPI_keepplan failed for dlock statement %d", i);
-		store_cache.plans[i] = plan;
-		pfree(sql);
-	}
-	DlockRestrictedEnd(&restricted);
-
-	/*
-	 * Preparing locks the table and so may have processed an invalidation
-	 * of it (say, a concurrent owner change): then what was read above may
-	 * be stale, so serve this call but rebuild on the next.
-	 */
-	store_cache.valid = (store_cache.inval_count == inval_start);
+		elog(ERROR, "cache lookup failed for namespace %u",
+			 DlockStoreCacheSchema());
+	sql = psprintf(def->sql, quote_identifier(nspname));
+	plan = SPI_prepare(sql, def->nargs, (Oid *) def->argtypes);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed for dlock statement %d: %s",
+			 (int) id, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "SPI_keepplan failed for dlock statement %d", (int) id);
+	plans[id] = plan;
+	pfree(sql);
+	return plan;
 }
 
 /*
@@ -467,16 +277,12 @@ store_begin(Oid fn_oid, DlockStoreSession *session)
 {
 	Assert(IsTransactionState());
 	store_spi_connected = false;
-	if (!store_cache_current(fn_oid))
-	{
-		store_spi();
-		store_prepare_cache(fn_oid);
-	}
+	DlockStoreCacheMakeCurrent(fn_oid);
+	store_forget_plans();
 
-	Assert(store_cache.valid || store_spi_connected);
-	Assert(OidIsValid(store_cache.table.owner) && OidIsValid(store_cache.table.relid));
+	Assert(OidIsValid(DlockStoreTable()->owner) && OidIsValid(DlockStoreTable()->relid));
 	GetUserIdAndSecContext(&session->save_userid, &session->save_sec_context);
-	SetUserIdAndSecContext(store_cache.table.owner,
+	SetUserIdAndSecContext(DlockStoreTable()->owner,
 						   session->save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 }
 
@@ -537,7 +343,7 @@ store_exec_rules(DlockStmt id, Datum *values)
 		XactIsoLevel = XACT_READ_COMMITTED;
 	PG_TRY();
 	{
-		rc = SPI_execute_snapshot(store_cache.plans[id], values, NULL,
+		rc = SPI_execute_snapshot(plans[id], values, NULL,
 								  GetLatestSnapshot(), InvalidSnapshot,
 								  false, true, 1);
 	}
@@ -567,11 +373,12 @@ DlockStoreExec(DlockStmt id, Datum *values, int expected)
 	}
 #endif
 
-	Assert(id >= 0 && id < NUM_STMTS && store_cache.plans[id] != NULL);
+	Assert(id >= 0 && id < NUM_STMTS);
 	Assert(STORE_AS_OWNER());
 	store_spi();
 	/* index expressions of an INSERT run restricted, as in lease_table.c */
 	DlockRestrictedBegin(&restricted);
+	(void) store_plan(id);
 	rc = store_exec_rules(id, values);
 	DlockRestrictedEnd(&restricted);
 	/* the caller's transaction snapshot is the one it had */
@@ -593,63 +400,6 @@ DlockStoreResultDatum(int col, bool *isnull)
 {
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col,
 						 isnull);
-}
-
-/*
- * DlockStoreTable, DlockStoreTokenSeq and DlockStoreTokenOrigin return the
- * lease table's description and the token sequences of the current store
- * session (valid between store_begin and store_end).
- */
-DlockLeaseTable *
-DlockStoreTable(void)
-{
-	Assert(OidIsValid(store_cache.table.relid));
-	return &store_cache.table;
-}
-
-Oid
-DlockStoreTokenSeq(void)
-{
-	Assert(OidIsValid(store_cache.seqrelid));
-	return store_cache.seqrelid;
-}
-
-Oid
-DlockStoreTokenOrigin(void)
-{
-	return store_cache.originrelid;
-}
-
-/*
- * DlockStoreRequireMarks raises 0A000 when the extension's SQL has no mark
- * table (dlock_fence_mark, created by version 1.2): fencing mode 'seen'
- * needs it.  Valid in a store session.
- */
-void
-DlockStoreRequireMarks(void)
-{
-	if (!OidIsValid(store_cache.markrelid))
-		ereport(ERROR,
-				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-				 errmsg("fencing mode \"seen\" needs version 1.2 of extension \"dlock\""),
-				 errdetail("Relation \"dlock_fence_mark\" does not exist in the extension's schema."),
-				 errhint("Update the extension with ALTER EXTENSION dlock UPDATE.")));
-}
-
-/*
- * DlockStoreMarkTable returns where the mark table and its table_owner,
- * lock_name and token columns are, in the current store session (after
- * DlockStoreRequireMarks).
- */
-Oid
-DlockStoreMarkTable(AttrNumber *att_owner, AttrNumber *att_name,
-					AttrNumber *att_token)
-{
-	Assert(OidIsValid(store_cache.markrelid));
-	*att_owner = store_cache.mark_att_owner;
-	*att_name = store_cache.mark_att_name;
-	*att_token = store_cache.mark_att_token;
-	return store_cache.markrelid;
 }
 
 /*
@@ -740,19 +490,12 @@ void
 DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token, bool lock_row,
 					  DlockFenceLease *lease)
 {
-	if (!store_cache_current(fn_oid))
-	{
-		/* (re)building the cache prepares the statements: needs SPI */
-		if (SPI_connect() != SPI_OK_CONNECT)
-			elog(ERROR, "SPI_connect failed");
-		store_prepare_cache(fn_oid);
-		if (SPI_finish() != SPI_OK_FINISH)
-			elog(ERROR, "SPI_finish failed");
-	}
+	/* the relations only: the fence runs no statement, so prepares none */
+	DlockStoreCacheMakeCurrent(fn_oid);
 	lease->denied = false;
 	lease->holder = InvalidOid;
 	if (lock_row)
-		DlockLeaseFenceLock(&store_cache.table, lock_name, token, lease);
+		DlockLeaseFenceLock(DlockStoreTable(), lock_name, token, lease);
 	else
-		DlockLeaseFenceRead(&store_cache.table, lock_name, lease);
+		DlockLeaseFenceRead(DlockStoreTable(), lock_name, lease);
 }

@@ -14,8 +14,6 @@
 #ifndef DLOCK_STORE_INT_H
 #define DLOCK_STORE_INT_H
 
-#include "postgres.h"
-
 #include "lease_table.h"
 
 /* Rows dlock_purge deletes per statement. */
@@ -40,9 +38,14 @@ typedef enum DlockStmt
  */
 typedef bool (*StoreOp) (void *arg);
 
+/* store.c: the session runner and the statements */
 extern bool DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate);
 extern uint64 DlockStoreExec(DlockStmt id, Datum *values, int expected);
 extern Datum DlockStoreResultDatum(int col, bool *isnull);
+/* store_cache.c: where the extension lives */
+extern void DlockStoreCacheMakeCurrent(Oid fn_oid);
+extern Oid	DlockStoreCacheSchema(void);
+extern uint64 DlockStoreCacheGeneration(void);
 extern DlockLeaseTable *DlockStoreTable(void);
 extern Oid	DlockStoreTokenSeq(void);
 extern Oid	DlockStoreTokenOrigin(void);

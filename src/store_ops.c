@@ -534,18 +534,18 @@ DlockStorePurge(Oid fn_oid, TimestampTz cutoff)
 	return p.deleted;
 }
 
-/* A StoreOp: DlockTokenInit on the cached sequences. */
+/* A StoreOp: DlockTokenSetOrigin on the cached sequences. */
 static bool
 token_init_op(void *arg)
 {
-	DlockTokenInit(DlockStoreTokenSeq(), DlockStoreTokenOrigin());
+	DlockTokenSetOrigin(DlockStoreTokenSeq(), DlockStoreTokenOrigin());
 	return true;
 }
 
 /*
  * DlockStoreTokenInit records, as the extension's owner, that this server
  * issues the tokens of the extension whose SQL function fn_oid is (see
- * DlockTokenInit).
+ * DlockTokenSetOrigin).
  */
 void
 DlockStoreTokenInit(Oid fn_oid)

@@ -2,89 +2,26 @@
  *
  * src/token.c
  *	  Token jumps: keeping fencing tokens increasing across crash,
- *	  failover and restore.  Part of the store layer; store.c calls it,
- *	  as the extension's owner, before it draws a token.
+ *	  failover and restore, and a takeover's draw of a token.  Part of the
+ *	  store layer: called only by the store (store_ops.c before a grant and
+ *	  after it, store_cache.c when its cache is rebuilt, lease_change.c for
+ *	  a takeover's token), as the extension's owner.
  *
- * Tokens come from the sequence dlock_token_seq (store.c).  A sequence
- * alone only moves forward while its WAL survives: a crash loses the
- * unflushed tail of WAL, a promoted asynchronous standby never saw the
- * primary's last records, and a restore brings back an older state.  In
- * each case the sequence would hand out again tokens the old server
- * already handed out.  So the sequence jumps forward, durably, before the
- * first token whenever what was issued before may be unknown here, and
- * where it jumps to is told by the server clock:
- *
- *     next token = max(last value + 1, now in microseconds since 2000-01-01)
- *
- * (now: GetCurrentTimestamp(), the same clock that decides expiry).  A
- * server counts up by one from there, far slower than the clock runs (one
- * token per microsecond would be a million grants a second), so every
- * token is at most the clock reading at the moment it was handed out.
- * Hence a jump taken later, by the clock, than the last token some other
- * server handed out lands above all of that server's tokens, whatever of
- * its state this server never saw.  That covers:
- *
- * - The origin: dlock_token_origin (a sequence used as a durable register,
- *   because sequences are non-transactional and WAL-logged) holds a 63-bit
- *   hash of the identity of the server and database that last issued
- *   tokens: system identifier, timeline, database OID and the token
- *   sequence's OID.  CREATE EXTENSION records it (DlockTokenInit).  When
- *   the identity differs (after a promotion the timeline does; a restore,
- *   even in place, recreates the sequence; a restore into another cluster
- *   or database also changes the system identifier or the database OID),
- *   or the register was never set (an update from 1.0), the sequence
- *   jumps, whatever state it reads as: a standby may have replayed the
- *   extension's creation and none of the grants.  The promoted standby's
- *   tokens are then above every token of the old primary, and of any
- *   other standby promoted before it from the same history, as long as
- *   the servers' clocks agree to better than the time the failover took.
- *
- * - The boot jump (only with shared_preload_libraries = 'dlock'): at the
- *   first grant of each server start (crash restarts included), in each
- *   database (unless CREATE EXTENSION ran in this start).  Every token lost
- *   with the crash's unflushed WAL was handed out before the crash, so
- *   before the restart by the clock: the jump lands above it, and grants
- *   need not flush WAL themselves.  Shared memory records, per server
- *   start, the databases whose jump is done (DlockShared.boot_dbs).  Without preload, or when that table is full,
- *   there is no boot jump and the sequence's WAL is flushed before each
- *   token is handed out (DlockTokenMakeDurable), which needs no clock at
- *   all: nextval() WAL-logs the sequence only every SEQ_LOG_VALS calls,
- *   logging ahead, and that record reaches disk only when some later
- *   flush covers it; if the granting transaction never commits, or
- *   commits with synchronous_commit off, a crash would restart the
- *   sequence below tokens already returned.  So acquire flushes WAL up to
- *   the sequence page's LSN (the record that covers the token) before
- *   returning a token: one flush per SEQ_LOG_VALS grants at most, and
- *   nothing when a commit already flushed.  Reading the LSN takes a share
- *   lock on the sequence's buffer, briefly.
- *
- * What this asks of the clock: it must not step backwards across a
- * restart or a failover by more than the restart or failover took.  A
- * fresh install counts from 1 until its first jump; tokens stay below
- * 2^53 (exact in a double) until the year 2285.
- *
- * A jump is setval(..., is_called => true) on the sequence
- * (non-transactional, WAL-logged) followed by an XLogFlush of that record,
- * before any token of the new range is handed out, and only then is the
- * origin updated: a crash in between leaves the old origin, and the next
- * server jumps once more.  Jumps only ever move the sequence forward: the
- * target is above its last value, and no other backend draws a token
- * between the read and the setval (see below).
+ * Owns the register dlock_token_origin (the identity of the issuer), the
+ * jumps of dlock_token_seq to max(last value + 1, the clock in
+ * microseconds since 2000-01-01), flushed before any token of the new
+ * range is handed out, the boot jump of each server start (with preload:
+ * its table in this file's shared memory, "dlock token boot"), and the
+ * WAL flush of a grant without one.  Why a jump lands above every token
+ * issued before, and what it asks of the clock: design.md §7.
  *
  * Concurrency: a backend that finds the origin or the boot jump not done
  * takes dlock's token lock for its database (a session-level advisory lock
  * in class DLOCK_TOKEN_LOCK_CLASS, released before returning, never held
  * across anything that waits for a transaction), re-checks and jumps.  The
- * shared boot_dbs table is read and written under DlockShmem->lock
- * (exclusive to add a database).  A backend caches that its identity was
- * checked, for its current timeline; a promotion changes the timeline and
- * so forces a check.  nextval() is not serialized with a jump, and need
- * not be: a backend draws tokens only after its own check found the
- * identity recorded and this start's boot jump done (or not possible), and
- * both are recorded only after the jump; backends of an earlier identity
- * could not draw any (a standby is read-only; a restore drops the old
- * sequence), and a call still running on 1.0's SQL while the update to 1.1
- * commits draws values far below the clock reading a jump moves to.
+ * boot jumps' table is read and written under its spinlock, held only to
+ * scan its at most DLOCK_BOOT_DBS entries.  nextval() is not serialized
+ * with a jump, and need not be (design.md §7).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -96,12 +33,16 @@
 #include "access/xlog.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
+#include "commands/sequence.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lock.h"
+#include "storage/ipc.h"
 #include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/fmgrprotos.h"
 #include "utils/rel.h"
 
@@ -224,6 +165,23 @@ next_jump(int64 last)
 	return Max(last + 1, (int64) now);
 }
 
+/* Databases whose token boot jump a server start can record. */
+#define DLOCK_BOOT_DBS		64
+
+/* The databases whose boot jump this server start has done. */
+typedef struct TokenShared
+{
+	slock_t		mutex;			/* protects the rest */
+	int			nboot_dbs;
+	Oid			boot_dbs[DLOCK_BOOT_DBS];
+} TokenShared;
+
+/* NULL unless dlock is preloaded. */
+static TokenShared *token_shared = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
 /* Where this server start stands with the current database's boot jump. */
 typedef enum BootState
 {
@@ -234,7 +192,8 @@ typedef enum BootState
 
 /*
  * boot_state returns the BootState of the current database; with record,
- * first records it as done when there is room.  Takes DlockShmem->lock.
+ * first records it as done when there is room.  Takes the table's
+ * spinlock.
  */
 static BootState
 boot_state(bool record)
@@ -242,25 +201,26 @@ boot_state(bool record)
 	BootState	state = BOOT_NO_ROOM;
 	int			i;
 
-	LWLockAcquire(DlockShmem->lock, record ? LW_EXCLUSIVE : LW_SHARED);
-	for (i = 0; i < DlockShmem->nboot_dbs; i++)
+	Assert(token_shared != NULL);
+	SpinLockAcquire(&token_shared->mutex);
+	for (i = 0; i < token_shared->nboot_dbs; i++)
 	{
-		if (DlockShmem->boot_dbs[i] == MyDatabaseId)
+		if (token_shared->boot_dbs[i] == MyDatabaseId)
 		{
 			state = BOOT_DONE;
 			break;
 		}
 	}
-	if (state != BOOT_DONE && DlockShmem->nboot_dbs < DLOCK_BOOT_DBS)
+	if (state != BOOT_DONE && token_shared->nboot_dbs < DLOCK_BOOT_DBS)
 	{
 		state = BOOT_TODO;
 		if (record)
 		{
-			DlockShmem->boot_dbs[DlockShmem->nboot_dbs++] = MyDatabaseId;
+			token_shared->boot_dbs[token_shared->nboot_dbs++] = MyDatabaseId;
 			state = BOOT_DONE;
 		}
 	}
-	LWLockRelease(DlockShmem->lock);
+	SpinLockRelease(&token_shared->mutex);
 	return state;
 }
 
@@ -295,7 +255,7 @@ token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 
 	Assert(token_lock_held());
 	origin = seq_last_value(originrelid);
-	boot = DlockShmem != NULL ? boot_state(false) : BOOT_NO_ROOM;
+	boot = token_shared != NULL ? boot_state(false) : BOOT_NO_ROOM;
 
 	if (origin != identity)
 	{
@@ -312,7 +272,7 @@ token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 		return boot == BOOT_DONE;
 
 	/* A jump was just made: it covers this start too, if it can be recorded. */
-	return DlockShmem != NULL && boot_state(true) == BOOT_DONE;
+	return token_shared != NULL && boot_state(true) == BOOT_DONE;
 }
 
 /*
@@ -366,7 +326,7 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
 }
 
 /*
- * DlockTokenJumpPast moves the token sequence seqrelid, durably, above
+ * token_jump_past moves the token sequence seqrelid, durably, above
  * floor (a token a lease row already carries) when its last value is not
  * above it, and returns true when it moved it.  That cannot happen while
  * the sequence and the lease table move together; it happens when they
@@ -376,8 +336,8 @@ DlockTokenPrepare(Oid seqrelid, Oid originrelid)
  * token jump, to max(floor + 1, the clock), and a WARNING tells the
  * operator.  Takes the token lock.  Must run as the sequence's owner.
  */
-bool
-DlockTokenJumpPast(Oid seqrelid, int64 floor)
+static bool
+token_jump_past(Oid seqrelid, int64 floor)
 {
 	LOCKTAG		tag;
 	volatile bool jumped = false;
@@ -436,6 +396,28 @@ token_flush_wal(Oid seqrelid)
 }
 
 /*
+ * DlockTokenDrawAbove draws the token of a takeover from the token
+ * sequence seqrelid (nextval), above floor, the token the name's row
+ * carries: tokens of a name only grow, since they come from one sequence,
+ * drawn after the last grant.  A sequence found behind the row was set
+ * back or left behind by a copy: it jumps past the row (token_jump_past),
+ * and the token is drawn again.  Must run as the sequence's owner.
+ */
+int64
+DlockTokenDrawAbove(Oid seqrelid, int64 floor)
+{
+	int64		token = nextval_internal(seqrelid, true);
+
+	if (token <= floor)
+	{
+		(void) token_jump_past(seqrelid, floor);
+		token = nextval_internal(seqrelid, true);
+	}
+	Assert(token > floor);
+	return token;
+}
+
+/*
  * DlockTokenMakeDurable is called when a grant drew a token from the
  * sequence seqrelid: it makes the token safe to hand out.  Nothing to do
  * when this server start's boot jump covers the database; otherwise it
@@ -459,7 +441,7 @@ DlockTokenForget(void)
 }
 
 /*
- * DlockTokenInit records, when the extension is created, that this server
+ * DlockTokenSetOrigin records, when the extension is created, that this server
  * issues the tokens of the new sequence seqrelid: it sets the register
  * originrelid to this server's identity (and, with preload, records this
  * start's boot jump as done for the database, since nothing was issued
@@ -469,7 +451,7 @@ DlockTokenForget(void)
  * is needed.  Must run as their owner, on a primary.
  */
 void
-DlockTokenInit(Oid seqrelid, Oid originrelid)
+DlockTokenSetOrigin(Oid seqrelid, Oid originrelid)
 {
 	if (seq_last_value(seqrelid) >= 0 || seq_last_value(originrelid) >= 0)
 		ereport(ERROR,
@@ -478,7 +460,57 @@ DlockTokenInit(Oid seqrelid, Oid originrelid)
 				 errdetail("Only CREATE EXTENSION dlock initializes it.")));
 	seq_set_durably(originrelid,
 					token_identity(GetWALInsertionTimeLine(), seqrelid));
-	if (DlockShmem != NULL)
+	if (token_shared != NULL)
 		(void) boot_state(true);
 	DlockTokenForget();
+}
+
+/*
+ * token_shmem_request asks for the boot jumps' table, after chaining to
+ * the previous hook.
+ */
+static void
+token_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(sizeof(TokenShared));
+}
+
+/*
+ * token_shmem_startup attaches to (or, first, empties) the boot jumps'
+ * table, after chaining to the previous hook.  Takes AddinShmemInitLock.
+ */
+static void
+token_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	token_shared = ShmemInitStruct("dlock token boot", sizeof(TokenShared),
+								   &found);
+	if (!found)
+	{
+		SpinLockInit(&token_shared->mutex);
+		token_shared->nboot_dbs = 0;
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/*
+ * DlockTokenInit installs the hooks of the boot jumps' table when dlock is
+ * being preloaded (without preload every grant flushes instead); _PG_init
+ * calls it.
+ */
+void
+DlockTokenInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = token_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = token_shmem_startup;
 }

@@ -5,157 +5,26 @@
  *	  expiry, and any-of waiters woken by a change of one of their own
  *	  names, when dlock is preloaded; bounded polling when it is not.
  *
- * Queues.  With shared_preload_libraries = 'dlock' (shmem.c), an acquire
- * that must wait takes its backend's waiter slot, which puts it at the end
- * of the queue of its name.  A queue is a database and a name, exactly:
- * the slot holds its database, the name's bytes and its DlockNameHash
- * (name_hash.c, a keyed hash no role can make collide), and every decision
- * about a queue (its head, whether this backend heads it, the head a
- * transaction's end wakes, the next waiter queue_leave wakes, the position
- * dlock_waiters shows) compares the database, the hash and the name's
- * bytes.  So a waiter of one name never stands in another name's queue,
- * and waiters of the same name in another database (another lease table)
- * never stand in the way.  Only the head of a queue attempts to take the
- * lease; the others sleep until they become the head.  The head sleeps
- * until the lease it saw expires, or until it is woken, or until its
- * deadline.  Wake the head of a queue:
+ * Owns the queues (a database and an exact name: database, DlockNameHash
+ * and the name's bytes decide), the any-slots of dlock_acquire_any and
+ * their sets in the DSA area (wait_shmem.c), the wake-ups a transaction's
+ * end makes (DlockWakeAtXactEnd records the names, DlockWaitXactEnd,
+ * called by xact.c, wakes), the backoff of polling, and what the
+ * dlock_waiters view shows.  The protocol, and why no wake-up is lost and
+ * the work of a transaction's end is bounded, is design.md §15 (§6 for the
+ * rules).
  *
- *   - at the end (commit or abort) of every transaction that changed the
- *     name's lease: acquire, renew, release, break.  So a release wakes a
- *     waiter only once it has committed, and a rolled-back release wakes
- *     one that then finds the lease still held and sleeps again;
- *   - when the head leaves the queue without the lease (timed out,
- *     cancelled or terminated), so the next waiter takes its turn.  A head
- *     that got the lease leaves the next one asleep: the end of its own
- *     transaction, which changed the lease, wakes it.
- *
- * A new waiter queues behind existing waiters of its name without trying
- * first, so waiters are served in arrival order; an acquire that does not
- * wait (wait = 0) is not queued and can take a free lease before them.
- * When the lease row is held by an open transaction that changes nothing
- * a waiter is woken for (a 'live' fenced write locks it), the head cannot
- * know when to retry, so it polls with the backoff below while that lasts.
- *
- * dlock_acquire_all waits in the queue of the first name of its set that it
- * could not get (lease.c's set acquire), and moves to the end of another
- * name's queue when a later attempt is refused by that name instead
- * (leaving the first queue wakes its next waiter, as any waiter that
- * leaves without the lease does); its slot then holds that name, so it
- * always stands in the queue of the name it holds.
- *
- * Any-of waiters.  dlock_acquire_any waits for whichever of its names
- * frees first, so it is in no single queue: its slot is an any-slot, never
- * a queue's head.  It publishes the sorted distinct hashes of its names,
- * with one "changed" bit per hash, in dlock's DSA area (shmem.c), and
- * marks the hash buckets of its names (a cheap pre-filter).  A transaction
- * that changed names wakes an any-slot of its own database only when one
- * of those names is among the slot's hashes, and sets the bits of those
- * hashes; the woken waiter attempts exactly the names whose bits it finds
- * set (several names of one hash: each of them), in array order, so it
- * still takes the first free name in array order among them, and never
- * attempts its whole list because of a wake.  Besides, it attempts a name
- * when the lease it saw on that name reaches its expiry (or, when an open
- * transaction was changing it, at the backoff below), and its whole list
- * once before it starts to wait and once just after joining.  A change of
- * a name it does not wait for, or in another database, costs it nothing;
- * equal hashes of distinct names happen only by chance (the hash is keyed)
- * and then cost one needless attempt.  Any-waiters are not served in FIFO
- * order among themselves: they race at each release.
- *
- * How a transaction wakes (DlockWakeAtXactEnd records the names it
- * changed, their bytes and hashes, in TopTransactionContext, which lives
- * until its end callbacks have run; no number of names is too many):
- *
- *   - at pre-commit (XACT_EVENT_PRE_COMMIT, where an error
- *     is still allowed), if some bucket of its names has waiters, it
- *     attaches to the DSA area, and under the LWLock held shared it
- *     records every any-slot of its database whose hashes include one of
- *     its names, with the positions of those hashes, and the next ticket
- *     (every slot present then has a lower one).  Mapping a slot's set may
- *     map a dynamic shared memory segment, which can fail: here it only
- *     fails the commit, where after the commit it would be a PANIC;
- *   - at commit (after ProcArrayEndTransaction: its changes are visible to
- *     every new snapshot), after a memory barrier, if some bucket of its
- *     names has waiters, under the LWLock held shared: it finds the head
- *     of each of its names' queues in its database; it sets the recorded
- *     bits of every recorded any-slot still there with the same ticket
- *     (through the addresses mapped at pre-commit: nothing here can fail);
- *     and it hands every any-slot of its database that joined after the
- *     pre-commit pass (a higher ticket) and marks a bucket of its names the
- *     hashes of those names, in the slot's ring (DLOCK_ANY_RING hashes
- *     under the slot's spinlock; more set any_rescan, which makes the
- *     waiter attempt every name once).  Such a late slot filters the ring
- *     with its own list, so a name it does not wait for still costs it no
- *     attempt.  Then it sets the latches, after releasing the LWLock;
- *   - at abort, the same for queue heads, and any-slots get the hashes in
- *     their rings as far as they fit, never a rescan: a rolled-back change
- *     changed nothing an any-waiter could miss (while the transaction was
- *     open, its attempts saw the old lease, or a row being changed, which
- *     it polls), so the ring only spares it the rest of a poll.  At
- *     PREPARE queue heads only, since nothing is visible until COMMIT
- *     PREPARED, which wakes nobody (waiters find out at the expiry they
- *     saw, or by polling a locked row).
- *
- * The work a transaction's end costs is bounded whatever others wait for:
- * nothing when nobody waits in its database (db_waiters, a count per
- * database OID mod DLOCK_WAIT_DBS), else one pass over the buckets of its
- * names and, when one has waiters, one pass over the slots at pre-commit
- * and one at commit, each skipping the slots of other databases at once;
- * an any-slot of its database costs a binary search per name (of the
- * smaller list in the larger).  A late
- * any-slot can be made to attempt its whole list only by a transaction
- * whose commit overlapped the slot's joining, so at most once per
- * concurrent transaction per waiting call.
- *
- * A slot also describes its call for the dlock_waiters view (pid,
- * database, role, the name, kind, deadline), written when it is taken, and
- * counts the call's attempts (attempts: each try of the name or of the
- * whole set, and for dlock_acquire_any each name tried).  A call counts as
- * a wait for dlock_stats (stats.c) when it first queues or, polling,
- * first sleeps (wait_begins).
- *
- * Without preload, every waiter polls: it retries with a backoff from
- * DLOCK_BACKOFF_MIN_MS doubling to DLOCK_BACKOFF_MAX_MS, or at the expiry
- * of the lease it saw if that comes first, never past its deadline (an
- * any-waiter retries its whole list each time).
- *
- * All sleeps are WaitLatch on the process latch (no CPU, no busy loop)
- * with dlock's wait event (DlockWaitEvent: DlockLeaseWait from PostgreSQL
- * 17 on, the generic Extension before).  Query cancel, statement_timeout
- * and termination set the latch and are served by CHECK_FOR_INTERRUPTS();
- * postmaster death ends the process (WL_EXIT_ON_PM_DEATH).  A waiter gives
- * up its slot (and frees its set in the DSA area) on every way out:
- * normally, on ERROR (PG_FINALLY), and on FATAL or exit (before_shmem_exit
- * callback).
- *
- * Concurrency: slots are taken and given up under the dlock LWLock in
- * exclusive mode, and scanned in shared mode (shmem.c).  An any-slot's set
- * is allocated before the LWLock is taken and freed after it is released;
- * a waker reads it, and sets its bits (atomic OR), only under the LWLock
- * held shared while the slot holds it (same ticket), so it is never freed
- * under a waker.  The ring is written by wakers and emptied by its waiter
- * under the slot's spinlock.  No row lock, name lock or LWLock is held
- * while sleeping; each attempt (store_ops.c) keeps no lock when it fails.
- * Lost wake-ups cannot happen:
- *   - the latch is reset before each attempt (and before an any-waiter
- *     collects its bits and ring), and a waker sets the bits or the ring
- *     before it sets the latch, so a wake between the collection and the
- *     sleep ends the sleep at once;
- *   - a waiter counts itself in db_waiters (its database's) and in
- *     bucket_waiters (full-barrier atomics), in every bucket it marks,
- *     before its first attempt in that queue (an any-waiter: before its
- *     attempt of every name just after joining), and the waker reads
- *     those counts after its transaction is visible to new snapshots
- *     (XACT_EVENT_COMMIT comes after ProcArrayEndTransaction) and after a
- *     memory barrier.  So either the waker sees the waiter, or the
- *     waiter's attempt sees the committed change;
- *   - a waker that sees the waiter: a queue waiter is found by its name; an
- *     any-slot either was there at the waker's pre-commit pass, and is
- *     found in it when one of its hashes is a changed name's (and its bits
- *     are set at commit, after the change is visible), or joined after
- *     that pass, and gets the changed hashes of its buckets (or a rescan)
- *     in its ring.  Either way the waiter attempts the changed name after
- *     the waker's commit is visible.
+ * Concurrency: slots are taken and given up under the dlock LWLock held
+ * exclusively, and scanned under it held shared (wait_shmem.c).  An
+ * any-slot's set is allocated before the LWLock is taken and freed after
+ * it is released; a waker reads it and sets its bits (atomic OR) only
+ * under the LWLock held shared while the slot holds it (same ticket).
+ * The ring is written by wakers and emptied by its waiter under the slot's
+ * spinlock.  Latches are set after the LWLock is released.  No row lock,
+ * name lock or LWLock is held while sleeping.  A wake-up is never lost:
+ * the latch is reset before each attempt, a waiter counts itself in
+ * db_waiters and bucket_waiters before its first attempt in a queue, and
+ * the waker reads those counts after its commit is visible.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -172,100 +41,37 @@
 #include "utils/builtins.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-
 #include "compat.h"
 #include "dlock.h"
+#include "wait_int.h"
 
-#define DLOCK_BACKOFF_MIN_MS	1
-#define DLOCK_BACKOFF_MAX_MS	50
-
-/* A name whose waiters to wake when this transaction ends. */
-typedef struct PendingWake
-{
-	uint64		hash;			/* DlockNameHash of name */
-	text	   *name;			/* in TopTransactionContext */
-	int			head;			/* at the end: its queue's head, or -1 */
-	uint64		head_ticket;
-} PendingWake;
-
-/*
- * An any-slot the pre-commit pass found waiting for some of the names, and
- * where the changed bits of those names are.
- */
-typedef struct AnyMatch
-{
-	int			procno;			/* the slot */
-	uint64		ticket;			/* the slot's ticket then */
-	pg_atomic_uint32 *changed;	/* its changed bits (mapped here) */
-	int			first;			/* its positions: match_pos[first ..] */
-	int			count;
-} AnyMatch;
-
-/*
- * What this transaction wakes at its end, all in TopTransactionContext
- * (NULL outside a transaction that changed names): the names, sorted by
- * (hash, name) and without duplicates when pending_sorted, and what the
- * pre-commit pass found.
- */
-static PendingWake *pending = NULL;
-static int	npending = 0;
-static int	pending_cap = 0;
-static bool pending_sorted = true;
-static AnyMatch *matches = NULL;
-static int	nmatches = 0;
-static int	matches_cap = 0;
-static int *match_pos = NULL;
-static int	nmatch_pos = 0;
-static int	match_pos_cap = 0;
-static uint64 matched_below = 0;	/* slots the pass saw had lower tickets */
-static bool xact_callback_registered = false;
-
-/* Latches to set after a wake-up's scan, sized nslots at first use. */
-static int *wake_list = NULL;
-
-/* Whether this backend's slot is in use, for the exit callback. */
-static bool slot_taken = false;
+bool DlockWaitSlotTaken = false;
 static bool exit_callback_registered = false;
 
 /*
- * A name's bucket in the current database (a slot's buckets are those of
- * its own database, which is its backend's).
+ * DlockWaitSameBytes reports whether the name of len bytes at a equals the one at b.
  */
-#define BUCKET_NO(hash) \
-	((int) (hash_combine64((hash), (uint64) MyDatabaseId) % DLOCK_WAIT_BUCKETS))
-#define BUCKET_OF(hash) (&DlockShmem->bucket_waiters[BUCKET_NO(hash)])
-/* The current database's count of slots in use (and of other databases') */
-#define DB_WAITERS() \
-	(&DlockShmem->db_waiters[MyDatabaseId % DLOCK_WAIT_DBS])
-#define ANY_MARKS(w, b) (((w)->any_buckets[(b) / 64] >> ((b) % 64)) & 1)
-
-/* This backend's slot. */
-#define MY_SLOT()	(&DlockShmem->slots[DlockMyProcNumber()])
-
-/*
- * same_bytes reports whether the name of len bytes at a equals the one at b.
- */
-static inline bool
-same_bytes(const char *a, int alen, const char *b, int blen)
+bool
+DlockWaitSameBytes(const char *a, int alen, const char *b, int blen)
 {
 	return alen == blen && memcmp(a, b, alen) == 0;
 }
 
 /*
- * same_name reports whether the texts a and b hold the same name.
+ * DlockWaitSameName reports whether the texts a and b hold the same name.
  */
-static bool
-same_name(text *a, text *b)
+bool
+DlockWaitSameName(text *a, text *b)
 {
-	return same_bytes(VARDATA_ANY(a), VARSIZE_ANY_EXHDR(a),
+	return DlockWaitSameBytes(VARDATA_ANY(a), VARSIZE_ANY_EXHDR(a),
 					  VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
 }
 
 /*
- * find_u64 returns the index of key in the n sorted values of arr, or -1.
+ * DlockWaitFindU64 returns the index of key in the n sorted values of arr, or -1.
  */
-static int
-find_u64(const uint64 *arr, int n, uint64 key)
+int
+DlockWaitFindU64(const uint64 *arr, int n, uint64 key)
 {
 	int			lo = 0;
 	int			hi = n;
@@ -283,10 +89,10 @@ find_u64(const uint64 *arr, int n, uint64 key)
 }
 
 /*
- * cmp_int orders int values; a qsort comparator.
+ * DlockWaitCmpInt orders int values; a qsort comparator.
  */
-static int
-cmp_int(const void *a, const void *b)
+int
+DlockWaitCmpInt(const void *a, const void *b)
 {
 	int			x = *(const int *) a;
 	int			y = *(const int *) b;
@@ -307,14 +113,14 @@ queue_head_locked(uint64 hash, const char *name, int namelen)
 	uint64		best = PG_UINT64_MAX;
 	int			i;
 
-	Assert(LWLockHeldByMe(DlockShmem->lock));
-	for (i = 0; i < DlockShmem->nslots; i++)
+	Assert(LWLockHeldByMe(DlockWaitShmem->lock));
+	for (i = 0; i < DlockWaitShmem->nslots; i++)
 	{
-		DlockWaiter *w = &DlockShmem->slots[i];
+		DlockWaiter *w = &DlockWaitShmem->slots[i];
 
 		if (w->in_use && !w->any && w->dboid == MyDatabaseId &&
 			w->hash == hash && w->ticket < best &&
-			same_bytes(w->name, w->namelen, name, namelen))
+			DlockWaitSameBytes(w->name, w->namelen, name, namelen))
 		{
 			best = w->ticket;
 			head = i;
@@ -324,14 +130,14 @@ queue_head_locked(uint64 hash, const char *name, int namelen)
 }
 
 /*
- * slot_describe fills in what dlock_waiters shows of this backend's slot me,
+ * DlockWaitSlotDescribe fills in what dlock_waiters shows of this backend's slot me,
  * from info, for a wait until deadline, and its attempts so far.  Caller
  * holds the dlock LWLock exclusively.
  */
-static void
-slot_describe(DlockWaiter *me, const DlockWaitInfo *info, TimestampTz deadline)
+void
+DlockWaitSlotDescribe(DlockWaiter *me, const DlockWaitInfo *info, TimestampTz deadline)
 {
-	Assert(LWLockHeldByMeInMode(DlockShmem->lock, LW_EXCLUSIVE));
+	Assert(LWLockHeldByMeInMode(DlockWaitShmem->lock, LW_EXCLUSIVE));
 	Assert(VARSIZE_ANY_EXHDR(info->lock_name) <= DLOCK_MAX_NAME_BYTES);
 	me->pid = MyProcPid;
 	me->dboid = MyDatabaseId;
@@ -357,43 +163,43 @@ queue_join(const DlockWaitInfo *info, TimestampTz deadline)
 	DlockWaiter *me;
 	uint64		hash = DlockNameHash(info->lock_name);
 
-	Assert(!slot_taken);
-	Assert(DlockMyProcNumber() >= 0 && DlockMyProcNumber() < DlockShmem->nslots);
+	Assert(!DlockWaitSlotTaken);
+	Assert(DlockMyProcNumber() >= 0 && DlockMyProcNumber() < DlockWaitShmem->nslots);
 	me = MY_SLOT();
-	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	LWLockAcquire(DlockWaitShmem->lock, LW_EXCLUSIVE);
 	/* only this backend takes its own slot, and it gave it up last time */
 	Assert(!me->in_use);
-	slot_describe(me, info, deadline);
+	DlockWaitSlotDescribe(me, info, deadline);
 	me->hash = hash;
 	me->any = false;
-	me->ticket = DlockShmem->next_ticket++;
+	me->ticket = DlockWaitShmem->next_ticket++;
 	me->in_use = true;
 	pg_atomic_fetch_add_u32(DB_WAITERS(), 1);
 	pg_atomic_fetch_add_u32(BUCKET_OF(hash), 1);
-	slot_taken = true;
-	LWLockRelease(DlockShmem->lock);
+	DlockWaitSlotTaken = true;
+	LWLockRelease(DlockWaitShmem->lock);
 }
 
 /*
- * queue_leave gives up this backend's slot, if it holds one, and with
+ * DlockWaitQueueLeave gives up this backend's slot, if it holds one, and with
  * wake_next wakes the new head of its queue (an any-slot heads no queue).
  * Frees an any-slot's set after releasing the LWLock, which it takes
  * exclusively.  Safe to call from error and exit paths.
  */
-static void
-queue_leave(bool wake_next)
+void
+DlockWaitQueueLeave(bool wake_next)
 {
 	DlockWaiter *me;
 	dsa_pointer set = InvalidDsaPointer;
 	int			head = -1;
 
-	if (!slot_taken)
+	if (!DlockWaitSlotTaken)
 		return;
 	me = MY_SLOT();
-	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
+	LWLockAcquire(DlockWaitShmem->lock, LW_EXCLUSIVE);
 	Assert(me->in_use);
 	me->in_use = false;
-	slot_taken = false;
+	DlockWaitSlotTaken = false;
 	Assert(pg_atomic_read_u32(DB_WAITERS()) > 0);
 	pg_atomic_fetch_sub_u32(DB_WAITERS(), 1);
 	if (me->any)
@@ -404,8 +210,8 @@ queue_leave(bool wake_next)
 			if (ANY_MARKS(me, b))
 			{
 				/* counted in the bucket since queue_join_any */
-				Assert(pg_atomic_read_u32(&DlockShmem->bucket_waiters[b]) > 0);
-				pg_atomic_fetch_sub_u32(&DlockShmem->bucket_waiters[b], 1);
+				Assert(pg_atomic_read_u32(&DlockWaitShmem->bucket_waiters[b]) > 0);
+				pg_atomic_fetch_sub_u32(&DlockWaitShmem->bucket_waiters[b], 1);
 			}
 		set = me->any_set;
 		me->any_set = InvalidDsaPointer;
@@ -419,7 +225,7 @@ queue_leave(bool wake_next)
 		if (wake_next)
 			head = queue_head_locked(me->hash, me->name, me->namelen);
 	}
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 	/* no waker reads the set now: they do only under the LWLock, in use */
 	if (DsaPointerIsValid(set))
 		dsa_free(DlockAnyArea(), set);
@@ -437,10 +243,10 @@ queue_is_head(void)
 	DlockWaiter *me = MY_SLOT();
 	int			head;
 
-	Assert(slot_taken && !me->any);
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
+	Assert(DlockWaitSlotTaken && !me->any);
+	LWLockAcquire(DlockWaitShmem->lock, LW_SHARED);
 	head = queue_head_locked(me->hash, me->name, me->namelen);
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 	return head == DlockMyProcNumber();
 }
 
@@ -451,16 +257,16 @@ queue_is_head(void)
 static void
 wait_exit_callback(int code, Datum arg)
 {
-	if (slot_taken && DlockShmem != NULL)
-		queue_leave(true);
+	if (DlockWaitSlotTaken && DlockWaitShmem != NULL)
+		DlockWaitQueueLeave(true);
 }
 
 /*
- * register_exit_callback arranges, once per backend, for the slot to be
+ * DlockWaitRegisterExitCallback arranges, once per backend, for the slot to be
  * given up at exit.
  */
-static void
-register_exit_callback(void)
+void
+DlockWaitRegisterExitCallback(void)
 {
 	if (exit_callback_registered)
 		return;
@@ -469,19 +275,19 @@ register_exit_callback(void)
 }
 
 /*
- * sleep_until sleeps on the process latch until wake_at (or until the latch
+ * DlockWaitSleepUntil sleeps on the process latch until wake_at (or until the latch
  * is set), then serves interrupts.  Returns at once if wake_at has passed
  * or the latch is already set.  One sleep lasts at most INT_MAX ms (24.8
  * days, WaitLatch's limit; PostgreSQL 15 does not clamp the difference):
  * a waiter woken early just checks again and sleeps on.
  */
-static void
-sleep_until(TimestampTz wake_at)
+void
+DlockWaitSleepUntil(TimestampTz wake_at)
 {
 	long		ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), wake_at);
 
 	/* nothing that could block another backend is held while sleeping */
-	Assert(DlockShmem == NULL || !LWLockHeldByMe(DlockShmem->lock));
+	Assert(DlockWaitShmem == NULL || !LWLockHeldByMe(DlockWaitShmem->lock));
 	ms = Min(ms, (long) PG_INT32_MAX);
 	if (ms > 0)
 	{
@@ -494,11 +300,11 @@ sleep_until(TimestampTz wake_at)
 }
 
 /*
- * next_poll returns when a poller retries: after the current backoff step
+ * DlockWaitNextPoll returns when a poller retries: after the current backoff step
  * (which it then doubles), or at held_until when that is known and sooner.
  */
-static TimestampTz
-next_poll(TimestampTz now, TimestampTz held_until, long *backoff_ms)
+TimestampTz
+DlockWaitNextPoll(TimestampTz now, TimestampTz held_until, long *backoff_ms)
 {
 	TimestampTz at = TimestampTzPlusMilliseconds(now, *backoff_ms);
 
@@ -522,15 +328,15 @@ retry_at(TimestampTz held_until, long *backoff_ms)
 		*backoff_ms = DLOCK_BACKOFF_MIN_MS;
 		return held_until;
 	}
-	return next_poll(GetCurrentTimestamp(), 0, backoff_ms);
+	return DlockWaitNextPoll(GetCurrentTimestamp(), 0, backoff_ms);
 }
 
 /*
- * wait_begins records, once per call, that the call described by info
+ * DlockWaitBegins records, once per call, that the call described by info
  * starts to wait: dlock_stats counts it, dlock_waiters shows it since now.
  */
-static void
-wait_begins(DlockWaitInfo *info)
+void
+DlockWaitBegins(DlockWaitInfo *info)
 {
 	if (info->waited)
 		return;
@@ -540,20 +346,20 @@ wait_begins(DlockWaitInfo *info)
 }
 
 /*
- * count_attempt counts one attempt of the call info describes, in info and,
+ * DlockWaitCountAttempt counts one attempt of the call info describes, in info and,
  * while it holds its slot, in the slot (for dlock_waiters).
  */
-static void
-count_attempt(DlockWaitInfo *info)
+void
+DlockWaitCountAttempt(DlockWaitInfo *info)
 {
 	info->attempts++;
-	if (slot_taken)
+	if (DlockWaitSlotTaken)
 		pg_atomic_write_u64(&MY_SLOT()->attempts, (uint64) info->attempts);
 }
 
 /*
  * wait_polling retries attempt until it grants the lease or deadline has
- * passed (see the file header).  Returns whether it was granted.
+ * passed (design.md §15).  Returns whether it was granted.
  */
 static bool
 wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
@@ -566,20 +372,20 @@ wait_polling(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 		TimestampTz held_until;
 		TimestampTz now;
 
-		count_attempt(info);
+		DlockWaitCountAttempt(info);
 		if (attempt(arg, &held_until))
 			return true;
 		now = GetCurrentTimestamp();
 		if (now >= deadline)
 			return false;
-		wait_begins(info);
-		sleep_until(Min(next_poll(now, held_until, &backoff_ms), deadline));
+		DlockWaitBegins(info);
+		DlockWaitSleepUntil(Min(DlockWaitNextPoll(now, held_until, &backoff_ms), deadline));
 	}
 }
 
 /*
  * wait_queued waits in the queue of info->lock_name until attempt grants
- * the lease or deadline has passed (see the file header), moving to the
+ * the lease or deadline has passed (design.md §15), moving to the
  * queue of the name an attempt reports as refusing it.  Returns whether it
  * was granted.  The slot is given up on every way out.
  */
@@ -589,8 +395,8 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 {
 	volatile bool granted = false;
 
-	register_exit_callback();
-	wait_begins(info);
+	DlockWaitRegisterExitCallback();
+	DlockWaitBegins(info);
 	queue_join(info, deadline);
 	PG_TRY();
 	{
@@ -608,14 +414,14 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 				text	   *queued = info->lock_name;
 				TimestampTz held_until;
 
-				count_attempt(info);
+				DlockWaitCountAttempt(info);
 				if (attempt(arg, &held_until))
 				{
 					granted = true;
 					break;
 				}
 				wake_at = retry_at(held_until, &backoff_ms);
-				if (!same_name(info->lock_name, queued))
+				if (!DlockWaitSameName(info->lock_name, queued))
 				{
 					/*
 					 * Another name of the set refused it: wait in that
@@ -626,14 +432,14 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 					 * a row polls instead, so that names changing hands
 					 * quickly cannot keep it busy.
 					 */
-					queue_leave(true);
+					DlockWaitQueueLeave(true);
 					queue_join(info, deadline);
 					if (!moved)
 					{
 						moved = true;
 						continue;
 					}
-					wake_at = Min(wake_at, next_poll(GetCurrentTimestamp(), 0,
+					wake_at = Min(wake_at, DlockWaitNextPoll(GetCurrentTimestamp(), 0,
 													 &backoff_ms));
 				}
 				else
@@ -642,7 +448,7 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 			now = GetCurrentTimestamp();
 			if (now >= deadline)
 				break;
-			sleep_until(Min(wake_at, deadline));
+			DlockWaitSleepUntil(Min(wake_at, deadline));
 		}
 	}
 	PG_FINALLY();
@@ -653,11 +459,11 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 		 * lease is visible.  Waking it now would only make it find the
 		 * grant uncommitted and poll.
 		 */
-		queue_leave(!granted);
+		DlockWaitQueueLeave(!granted);
 	}
 	PG_END_TRY();
 
-	Assert(!slot_taken);
+	Assert(!DlockWaitSlotTaken);
 	return granted;
 }
 
@@ -675,10 +481,10 @@ DlockWaitAcquire(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 				 DlockWaitInfo *info)
 {
 	Assert(IsTransactionState());
-	Assert(!slot_taken);
+	Assert(!DlockWaitSlotTaken);
 	info->waited = false;
 	info->attempts = 0;
-	if (DlockShmem == NULL)
+	if (DlockWaitShmem == NULL)
 		return wait_polling(deadline, attempt, arg, info);
 
 	/* Nobody queued for this name (or its bucket): try before queueing. */
@@ -687,841 +493,13 @@ DlockWaitAcquire(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 	{
 		TimestampTz held_until;
 
-		count_attempt(info);
+		DlockWaitCountAttempt(info);
 		if (attempt(arg, &held_until))
 			return true;
 		if (GetCurrentTimestamp() >= deadline)
 			return false;
 	}
 	return wait_queued(deadline, attempt, arg, info);
-}
-
-/*
- * What a dlock_acquire_any waiter keeps of its names, in its own memory:
- * which to attempt next, and when to retry each unwoken.
- */
-typedef struct AnyWait
-{
-	int			n;				/* names, in array order */
-	const uint64 *hashes;		/* DlockNameHash of each */
-	DlockAttemptOneFn attempt;
-	void	   *arg;
-	DlockWaitInfo *info;
-	/* the set as published: m sorted distinct hashes */
-	int			m;
-	uint64	   *uhash;
-	int		   *group;			/* names of uhash[j]: byhash[group[j] ..
-								 * group[j + 1] - 1] */
-	int		   *byhash;			/* name indices, by hash, ascending within */
-	/* what to do */
-	TimestampTz *retry;			/* per name: when to attempt it unwoken (the
-								 * expiry it saw, or a poll) */
-	bool	   *want;			/* per name: to attempt in the next round */
-	int		   *todo;			/* the names wanted, as they came */
-	int			ntodo;
-	TimestampTz next_timed;		/* no retry[] is earlier; 0: none set */
-	TimestampTz held_until;		/* the last round: as DlockAttemptFn */
-	long		backoff_ms;
-} AnyWait;
-
-/* A name's hash and its index in the array, for sorting. */
-typedef struct HashIndex
-{
-	uint64		hash;
-	int			index;
-} HashIndex;
-
-/*
- * cmp_hash_index orders HashIndex by hash, then index; a qsort comparator.
- */
-static int
-cmp_hash_index(const void *a, const void *b)
-{
-	const HashIndex *x = (const HashIndex *) a;
-	const HashIndex *y = (const HashIndex *) b;
-
-	if (x->hash != y->hash)
-		return x->hash < y->hash ? -1 : 1;
-	return x->index < y->index ? -1 : (x->index > y->index ? 1 : 0);
-}
-
-/*
- * any_init sets aw up for the n names of hashes, attempted through attempt
- * (with arg) for the call info.
- */
-static void
-any_init(AnyWait *aw, const uint64 *hashes, int n, DlockAttemptOneFn attempt,
-		 void *arg, DlockWaitInfo *info)
-{
-	memset(aw, 0, sizeof(*aw));
-	aw->n = n;
-	aw->hashes = hashes;
-	aw->attempt = attempt;
-	aw->arg = arg;
-	aw->info = info;
-	aw->retry = palloc0(sizeof(TimestampTz) * n);
-	aw->want = palloc0(sizeof(bool) * n);
-	aw->todo = palloc(sizeof(int) * n);
-	aw->backoff_ms = DLOCK_BACKOFF_MIN_MS;
-}
-
-/*
- * any_index builds the set that aw publishes (sorted distinct hashes) and
- * the map from its positions back to the names.
- */
-static void
-any_index(AnyWait *aw)
-{
-	HashIndex  *hi = palloc(sizeof(HashIndex) * aw->n);
-	int			i;
-
-	for (i = 0; i < aw->n; i++)
-	{
-		hi[i].hash = aw->hashes[i];
-		hi[i].index = i;
-	}
-	qsort(hi, aw->n, sizeof(HashIndex), cmp_hash_index);
-	aw->uhash = palloc(sizeof(uint64) * aw->n);
-	aw->group = palloc(sizeof(int) * (aw->n + 1));
-	aw->byhash = palloc(sizeof(int) * aw->n);
-	aw->m = 0;
-	for (i = 0; i < aw->n; i++)
-	{
-		if (i == 0 || hi[i].hash != hi[i - 1].hash)
-		{
-			aw->uhash[aw->m] = hi[i].hash;
-			aw->group[aw->m] = i;
-			aw->m++;
-		}
-		aw->byhash[i] = hi[i].index;
-	}
-	aw->group[aw->m] = aw->n;
-	pfree(hi);
-}
-
-/*
- * any_want marks name i to be attempted in the next round.
- */
-static inline void
-any_want(AnyWait *aw, int i)
-{
-	Assert(i >= 0 && i < aw->n);
-	if (aw->want[i])
-		return;
-	aw->want[i] = true;
-	aw->todo[aw->ntodo++] = i;
-}
-
-/*
- * any_want_all marks every name.
- */
-static void
-any_want_all(AnyWait *aw)
-{
-	int			i;
-
-	for (i = 0; i < aw->n; i++)
-		any_want(aw, i);
-}
-
-/*
- * any_want_pos marks the names of position j of the published set.
- */
-static void
-any_want_pos(AnyWait *aw, int j)
-{
-	int			k;
-
-	Assert(j >= 0 && j < aw->m);
-	for (k = aw->group[j]; k < aw->group[j + 1]; k++)
-		any_want(aw, aw->byhash[k]);
-}
-
-/*
- * any_round attempts the names marked, in array order, stopping at the
- * first granted (returns true).  Each failed name gets its retry time: the
- * expiry of the lease that held it, or the next backoff step when an open
- * transaction was changing it.  Sets held_until as a DlockAttemptFn would
- * for the names of the round.
- */
-static bool
-any_round(AnyWait *aw)
-{
-	TimestampTz earliest = 0;
-	TimestampTz poll_at = 0;
-	bool		whole = aw->ntodo * 4 >= aw->n;
-	int			k;
-
-	/* in array order: a mostly full round walks the flags, else sorts */
-	if (!whole)
-		qsort(aw->todo, aw->ntodo, sizeof(int), cmp_int);
-	for (k = 0; k < (whole ? aw->n : aw->ntodo); k++)
-	{
-		int			i = whole ? k : aw->todo[k];
-		TimestampTz held;
-
-		if (!aw->want[i])
-			continue;
-		aw->want[i] = false;
-		CHECK_FOR_INTERRUPTS();
-		count_attempt(aw->info);
-		if (aw->attempt(aw->arg, i, &held))
-		{
-			aw->ntodo = 0;
-			return true;
-		}
-		if (held == 0)
-		{
-			/* an open transaction is changing it: poll it */
-			if (poll_at == 0)
-				poll_at = next_poll(GetCurrentTimestamp(), 0, &aw->backoff_ms);
-			held = poll_at;
-		}
-		aw->retry[i] = held;
-		if (aw->next_timed == 0 || held < aw->next_timed)
-			aw->next_timed = held;
-		if (earliest == 0 || held < earliest)
-			earliest = held;
-	}
-	aw->ntodo = 0;
-	if (poll_at == 0)
-		aw->backoff_ms = DLOCK_BACKOFF_MIN_MS;
-	aw->held_until = poll_at != 0 ? 0 : earliest;
-	return false;
-}
-
-/*
- * any_due marks the names whose retry time has come (by now), and sets
- * next_timed to the earliest retry time of the others.  Scans the names
- * only when next_timed has come.
- */
-static void
-any_due(AnyWait *aw, TimestampTz now)
-{
-	int			i;
-
-	if (aw->next_timed == 0 || now < aw->next_timed)
-		return;
-	aw->next_timed = 0;
-	for (i = 0; i < aw->n; i++)
-	{
-		if (aw->retry[i] == 0)
-			continue;
-		if (aw->retry[i] <= now)
-		{
-			aw->retry[i] = 0;
-			any_want(aw, i);
-		}
-		else if (aw->next_timed == 0 || aw->retry[i] < aw->next_timed)
-			aw->next_timed = aw->retry[i];
-	}
-}
-
-/*
- * any_collect marks the names wakers changed: the set bits of changed (m
- * bits) and the hashes of the slot me's ring that are among its names (or
- * all names when the ring overflowed), emptying both.
- */
-static void
-any_collect(AnyWait *aw, DlockWaiter *me, pg_atomic_uint32 *changed)
-{
-	uint64		ring[DLOCK_ANY_RING];
-	int			nring;
-	bool		rescan;
-	int			w;
-	int			r;
-
-	SpinLockAcquire(&me->any_mutex);
-	nring = me->any_nring;
-	rescan = me->any_rescan;
-	memcpy(ring, me->any_ring, sizeof(uint64) * nring);
-	me->any_nring = 0;
-	me->any_rescan = false;
-	SpinLockRelease(&me->any_mutex);
-
-	if (rescan)
-		any_want_all(aw);
-	for (r = 0; r < nring && !rescan; r++)
-	{
-		int			j = find_u64(aw->uhash, aw->m, ring[r]);
-
-		if (j >= 0)
-			any_want_pos(aw, j);
-	}
-	for (w = 0; w < (aw->m + 31) / 32; w++)
-	{
-		uint32		bits;
-
-		if (pg_atomic_read_u32(&changed[w]) == 0)
-			continue;
-		bits = pg_atomic_exchange_u32(&changed[w], 0);
-		while (bits != 0)
-		{
-			int			b = pg_rightmost_one_pos32(bits);
-
-			bits &= bits - 1;
-			any_want_pos(aw, w * 32 + b);
-		}
-	}
-}
-
-/*
- * any_polling retries every name of aw until one is granted or deadline
- * has passed, without preload (see the file header).
- */
-static bool
-any_polling(AnyWait *aw, TimestampTz deadline)
-{
-	long		backoff_ms = DLOCK_BACKOFF_MIN_MS;
-
-	for (;;)
-	{
-		TimestampTz now = GetCurrentTimestamp();
-
-		wait_begins(aw->info);
-		sleep_until(Min(next_poll(now, aw->held_until, &backoff_ms), deadline));
-		any_want_all(aw);
-		if (any_round(aw))
-			return true;
-		if (GetCurrentTimestamp() >= deadline)
-			return false;
-	}
-}
-
-/*
- * DlockWaitAcquireAny takes one of the n leases that attempt takes (names
- * in array order, with the DlockNameHash values hashes), waiting until
- * deadline in an any-slot (see the file header), and returns whether one
- * was granted.  Attempts every name first, and returns after that when
- * deadline has passed (wait = 0).  Raises as DlockWaitAcquire, and when
- * the DSA area cannot hold the names' set (out of memory).
- */
-bool
-DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
-					DlockAttemptOneFn attempt, void *arg, DlockWaitInfo *info)
-{
-	volatile bool granted = false;
-	AnyWait		aw;
-	dsa_area   *area;
-	dsa_pointer set;
-	uint64	   *shared_hashes;
-	pg_atomic_uint32 *changed;
-	DlockWaiter *me;
-	int			nwords;
-	int			i;
-
-	Assert(IsTransactionState());
-	Assert(!slot_taken && n > 0);
-	info->waited = false;
-	info->attempts = 0;
-	any_init(&aw, hashes, n, attempt, arg, info);
-	any_want_all(&aw);
-	if (any_round(&aw))
-		return true;
-	if (GetCurrentTimestamp() >= deadline)
-		return false;
-	if (DlockShmem == NULL)
-		return any_polling(&aw, deadline);
-
-	register_exit_callback();
-	wait_begins(info);
-
-	/*
-	 * Publish the set: sorted distinct hashes, then the changed bits.
-	 * Nothing between the allocation and the join below can raise (the
-	 * allocation maps what it allocates), so the set cannot leak.
-	 */
-	any_index(&aw);
-	nwords = (aw.m + 31) / 32;
-	area = DlockAnyArea();
-	set = dsa_allocate(area, sizeof(uint64) * aw.m +
-					   sizeof(pg_atomic_uint32) * nwords);
-	shared_hashes = (uint64 *) dsa_get_address(area, set);
-	memcpy(shared_hashes, aw.uhash, sizeof(uint64) * aw.m);
-	changed = (pg_atomic_uint32 *) (shared_hashes + aw.m);
-	for (i = 0; i < nwords; i++)
-		pg_atomic_init_u32(&changed[i], 0);
-
-	/* join: the slot, its buckets, its set (see the file header) */
-	me = MY_SLOT();
-	LWLockAcquire(DlockShmem->lock, LW_EXCLUSIVE);
-	Assert(!me->in_use && !slot_taken);
-	slot_describe(me, info, deadline);
-	memset(me->any_buckets, 0, sizeof(me->any_buckets));
-	for (i = 0; i < aw.m; i++)
-	{
-		int			b = BUCKET_NO(aw.uhash[i]);
-
-		if (ANY_MARKS(me, b))
-			continue;
-		me->any_buckets[b / 64] |= UINT64CONST(1) << (b % 64);
-		pg_atomic_fetch_add_u32(&DlockShmem->bucket_waiters[b], 1);
-	}
-	/* no waker touches a slot not in use, and none has the lock now */
-	me->any_nring = 0;
-	me->any_rescan = false;
-	me->any_set = set;
-	me->any_nhashes = aw.m;
-	me->hash = 0;
-	me->any = true;
-	me->ticket = DlockShmem->next_ticket++;
-	me->in_use = true;
-	pg_atomic_fetch_add_u32(DB_WAITERS(), 1);
-	slot_taken = true;
-	LWLockRelease(DlockShmem->lock);
-
-	PG_TRY();
-	{
-		/* every name once more: one may have been freed before the join */
-		any_want_all(&aw);
-		for (;;)
-		{
-			ResetLatch(MyLatch);
-			any_collect(&aw, me, changed);
-			any_due(&aw, GetCurrentTimestamp());
-			if (aw.ntodo > 0 && any_round(&aw))
-			{
-				granted = true;
-				break;
-			}
-			if (GetCurrentTimestamp() >= deadline)
-				break;
-			sleep_until(aw.next_timed != 0 ? Min(aw.next_timed, deadline) :
-						deadline);
-		}
-	}
-	PG_FINALLY();
-	{
-		queue_leave(false);
-	}
-	PG_END_TRY();
-
-	Assert(!slot_taken);
-	return granted;
-}
-
-/*
- * cmp_pending orders PendingWake by hash, then name (length, then bytes);
- * a qsort comparator.
- */
-static int
-cmp_pending(const void *a, const void *b)
-{
-	const PendingWake *x = (const PendingWake *) a;
-	const PendingWake *y = (const PendingWake *) b;
-	int			lx;
-	int			ly;
-
-	if (x->hash != y->hash)
-		return x->hash < y->hash ? -1 : 1;
-	lx = VARSIZE_ANY_EXHDR(x->name);
-	ly = VARSIZE_ANY_EXHDR(y->name);
-	if (lx != ly)
-		return lx < ly ? -1 : 1;
-	return memcmp(VARDATA_ANY(x->name), VARDATA_ANY(y->name), lx);
-}
-
-/*
- * pending_sort sorts the pending names and drops duplicates.  Allocates
- * nothing and cannot raise (the end-of-transaction callback calls it).
- */
-static void
-pending_sort(void)
-{
-	int			i;
-	int			k = 0;
-
-	if (pending_sorted)
-		return;
-	qsort(pending, npending, sizeof(PendingWake), cmp_pending);
-	for (i = 0; i < npending; i++)
-		if (k == 0 || cmp_pending(&pending[k - 1], &pending[i]) != 0)
-			pending[k++] = pending[i];
-	npending = k;
-	pending_sorted = true;
-}
-
-/*
- * pending_first returns the index of the first pending name whose hash is
- * not below hash (npending when there is none).  The pending names are
- * sorted.
- */
-static int
-pending_first(uint64 hash)
-{
-	int			lo = 0;
-	int			hi = npending;
-
-	Assert(pending_sorted);
-	while (lo < hi)
-	{
-		int			mid = lo + (hi - lo) / 2;
-
-		if (pending[mid].hash < hash)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-/*
- * pending_find returns the index of the pending name (hash, its namelen
- * bytes at name), or -1.  The pending names are sorted.
- */
-static int
-pending_find(uint64 hash, const char *name, int namelen)
-{
-	int			lo;
-
-	for (lo = pending_first(hash); lo < npending && pending[lo].hash == hash; lo++)
-		if (same_bytes(VARDATA_ANY(pending[lo].name),
-					   VARSIZE_ANY_EXHDR(pending[lo].name), name, namelen))
-			return lo;
-	return -1;
-}
-
-/*
- * pending_has_hash reports whether a pending name has the hash.  The
- * pending names are sorted.
- */
-static bool
-pending_has_hash(uint64 hash)
-{
-	int			lo = pending_first(hash);
-
-	return lo < npending && pending[lo].hash == hash;
-}
-
-/*
- * pending_busy reports whether the current database (or another of its
- * class) and some bucket of the pending names count a waiter, after a
- * memory barrier (see the file header).
- */
-static bool
-pending_busy(void)
-{
-	int			i;
-
-	pg_memory_barrier();
-	if (pg_atomic_read_u32(DB_WAITERS()) == 0)
-		return false;
-	for (i = 0; i < npending; i++)
-		if (pg_atomic_read_u32(BUCKET_OF(pending[i].hash)) != 0)
-			return true;
-	return false;
-}
-
-/*
- * match_add_pos records position j of the any-slot being matched.
- */
-static void
-match_add_pos(int j)
-{
-	if (nmatch_pos == match_pos_cap)
-	{
-		match_pos_cap = Max(64, match_pos_cap * 2);
-		match_pos = match_pos == NULL ?
-			MemoryContextAlloc(TopTransactionContext, sizeof(int) * match_pos_cap) :
-			repalloc(match_pos, sizeof(int) * match_pos_cap);
-	}
-	match_pos[nmatch_pos++] = j;
-}
-
-/*
- * wake_match_any is the pre-commit pass (see the file header): records
- * the any-slots of this database waiting for some of the pending names,
- * and where their changed bits are.  May raise (it runs where an error
- * still aborts the transaction).
- */
-static void
-wake_match_any(void)
-{
-	dsa_area   *area;
-	int			i;
-
-	matched_below = 0;
-	nmatches = 0;
-	nmatch_pos = 0;
-	if (npending == 0)
-		return;
-	pending_sort();
-	if (!pending_busy())
-		return;					/* slots that join now are late */
-	area = DlockAnyArea();
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
-	matched_below = DlockShmem->next_ticket;
-	for (i = 0; i < DlockShmem->nslots; i++)
-	{
-		DlockWaiter *w = &DlockShmem->slots[i];
-		uint64	   *hashes;
-		int			first = nmatch_pos;
-		int			j;
-
-		if (!w->in_use || !w->any || w->dboid != MyDatabaseId)
-			continue;
-		Assert(DsaPointerIsValid(w->any_set) && w->any_nhashes > 0);
-		hashes = (uint64 *) dsa_get_address(area, w->any_set);
-		/* a binary search of each of the shorter list in the longer */
-		if (npending <= w->any_nhashes)
-		{
-			for (j = 0; j < npending; j++)
-			{
-				int			pos = find_u64(hashes, w->any_nhashes,
-										   pending[j].hash);
-
-				if (pos >= 0 && (nmatch_pos == first ||
-								 match_pos[nmatch_pos - 1] != pos))
-					match_add_pos(pos);
-			}
-		}
-		else
-		{
-			for (j = 0; j < w->any_nhashes; j++)
-				if (pending_has_hash(hashes[j]))
-					match_add_pos(j);
-		}
-		if (nmatch_pos == first)
-			continue;
-		if (nmatches == matches_cap)
-		{
-			matches_cap = Max(16, matches_cap * 2);
-			matches = matches == NULL ?
-				MemoryContextAlloc(TopTransactionContext,
-								   sizeof(AnyMatch) * matches_cap) :
-				repalloc(matches, sizeof(AnyMatch) * matches_cap);
-		}
-		matches[nmatches].procno = i;
-		matches[nmatches].ticket = w->ticket;
-		matches[nmatches].changed = (pg_atomic_uint32 *) (hashes + w->any_nhashes);
-		matches[nmatches].first = first;
-		matches[nmatches].count = nmatch_pos - first;
-		nmatches++;
-	}
-	LWLockRelease(DlockShmem->lock);
-}
-
-/*
- * hand_late hands the any-slot w (which joined after the pre-commit pass,
- * or any any-slot at an abort) the pending hashes of the buckets it marks,
- * in its ring; with rescan, a rescan when they do not fit, else what
- * fits.  Returns whether it handed anything (then wake it).  Caller holds
- * the dlock LWLock shared.  Cannot raise.
- */
-static bool
-hand_late(DlockWaiter *w, bool rescan)
-{
-	uint64		hand[DLOCK_ANY_RING];
-	int			nhand = 0;
-	bool		overflow = false;
-	int			i;
-
-	for (i = 0; i < npending; i++)
-	{
-		if (!ANY_MARKS(w, BUCKET_NO(pending[i].hash)))
-			continue;
-		if (nhand == DLOCK_ANY_RING)
-		{
-			overflow = true;
-			break;
-		}
-		hand[nhand++] = pending[i].hash;
-	}
-	if (nhand == 0)
-		return false;
-	SpinLockAcquire(&w->any_mutex);
-	if (rescan && (overflow || w->any_nring + nhand > DLOCK_ANY_RING))
-		w->any_rescan = true;
-	else
-	{
-		nhand = Min(nhand, DLOCK_ANY_RING - w->any_nring);
-		memcpy(&w->any_ring[w->any_nring], hand, sizeof(uint64) * nhand);
-		w->any_nring += nhand;
-	}
-	SpinLockRelease(&w->any_mutex);
-	return nhand > 0;
-}
-
-/* How a transaction ended, for wake_pending. */
-typedef enum WakeEnd
-{
-	WAKE_COMMIT,
-	WAKE_ABORT,
-	WAKE_PREPARE
-} WakeEnd;
-
-/*
- * wake_pending wakes, at the end of the transaction, the heads of the
- * pending names' queues and the any-slots waiting for them (see the file
- * header: at a commit, through the pre-commit pass's matches and the rings
- * of late slots; at an abort, through the rings only, without a rescan; at
- * PREPARE, none).  Allocates nothing and cannot raise.
- */
-static void
-wake_pending(WakeEnd end)
-{
-	int			nwake = 0;
-	int			i;
-
-	if (npending == 0)
-		return;
-	Assert(wake_list != NULL);
-	pending_sort();
-	if (!pending_busy())
-		return;
-	for (i = 0; i < npending; i++)
-		pending[i].head = -1;
-
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
-	for (i = 0; i < DlockShmem->nslots; i++)
-	{
-		DlockWaiter *w = &DlockShmem->slots[i];
-
-		if (!w->in_use || w->dboid != MyDatabaseId)
-			continue;
-		if (!w->any)
-		{
-			int			p = pending_find(w->hash, w->name, w->namelen);
-
-			if (p >= 0 && (pending[p].head < 0 ||
-						   w->ticket < pending[p].head_ticket))
-			{
-				pending[p].head = i;
-				pending[p].head_ticket = w->ticket;
-			}
-		}
-		else if (end == WAKE_COMMIT && w->ticket >= matched_below)
-		{
-			if (hand_late(w, true))
-				wake_list[nwake++] = i;
-		}
-		else if (end == WAKE_ABORT && hand_late(w, false))
-			wake_list[nwake++] = i;
-	}
-	if (end == WAKE_COMMIT)
-	{
-		for (i = 0; i < nmatches; i++)
-		{
-			AnyMatch   *m = &matches[i];
-			DlockWaiter *w = &DlockShmem->slots[m->procno];
-			int			k;
-
-			/* the same wait as at pre-commit: its set is still allocated */
-			if (!w->in_use || w->ticket != m->ticket)
-				continue;
-			for (k = m->first; k < m->first + m->count; k++)
-				pg_atomic_fetch_or_u32(&m->changed[match_pos[k] / 32],
-									   (uint32) 1 << (match_pos[k] % 32));
-			wake_list[nwake++] = m->procno;
-		}
-	}
-	LWLockRelease(DlockShmem->lock);
-
-	for (i = 0; i < npending; i++)
-		if (pending[i].head >= 0)
-			wake_list[nwake++] = pending[i].head;
-	/* each slot is one queue's head, a matched or a late any-slot, or none */
-	Assert(nwake <= DlockShmem->nslots);
-	for (i = 0; i < nwake; i++)
-		SetLatch(DlockProcLatch(wake_list[i]));
-}
-
-/*
- * wake_forget forgets what the ended transaction was to wake (its memory
- * went with TopTransactionContext).
- */
-static void
-wake_forget(void)
-{
-	pending = NULL;
-	npending = 0;
-	pending_cap = 0;
-	pending_sorted = true;
-	matches = NULL;
-	nmatches = 0;
-	matches_cap = 0;
-	match_pos = NULL;
-	nmatch_pos = 0;
-	match_pos_cap = 0;
-	matched_below = 0;
-}
-
-/*
- * wake_xact_callback runs the pre-commit pass, and wakes when the
- * transaction ends either way (see the file header).
- */
-static void
-wake_xact_callback(XactEvent event, void *arg)
-{
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-			wake_match_any();
-			return;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-			wake_pending(WAKE_COMMIT);
-			break;
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			wake_pending(WAKE_ABORT);
-			break;
-		case XACT_EVENT_PREPARE:
-			wake_pending(WAKE_PREPARE);
-			break;
-		default:
-			return;
-	}
-	wake_forget();
-}
-
-/*
- * DlockWakeAtXactEnd arranges for the waiters of lock_name in the current
- * database to be woken when the current transaction ends (it changed the
- * name's lease).  Does nothing without preload.
- */
-void
-DlockWakeAtXactEnd(text *lock_name)
-{
-	uint64		hash;
-	MemoryContext oldcontext;
-
-	Assert(IsTransactionState());
-	if (DlockShmem == NULL)
-		return;
-	if (!xact_callback_registered)
-	{
-		wake_list = MemoryContextAlloc(TopMemoryContext,
-									   sizeof(int) * DlockShmem->nslots);
-		RegisterXactCallback(wake_xact_callback, NULL);
-		xact_callback_registered = true;
-	}
-	hash = DlockNameHash(lock_name);
-	if (npending > 0 && pending[npending - 1].hash == hash &&
-		same_name(pending[npending - 1].name, lock_name))
-		return;					/* the same name again */
-	if (npending == pending_cap)
-	{
-		/* full: drop duplicates first, and grow only if that is not enough */
-		if (pending != NULL)
-			pending_sort();
-		if (pending == NULL || npending * 2 > pending_cap)
-		{
-			pending_cap = Max(16, pending_cap * 2);
-			pending = pending == NULL ?
-				MemoryContextAlloc(TopTransactionContext,
-								   sizeof(PendingWake) * pending_cap) :
-				repalloc(pending, sizeof(PendingWake) * pending_cap);
-		}
-	}
-	oldcontext = MemoryContextSwitchTo(TopTransactionContext);
-	pending[npending].hash = hash;
-	pending[npending].name = DatumGetTextPCopy(PointerGetDatum(lock_name));
-	pending[npending].head = -1;
-	pending[npending].head_ticket = 0;
-	MemoryContextSwitchTo(oldcontext);
-	npending++;
-	pending_sorted = false;
 }
 
 /* dlock_waiters_read's columns */
@@ -1569,14 +547,14 @@ dlock_waiters_read(PG_FUNCTION_ARGS)
 	int			j;
 
 	InitMaterializedSRF(fcinfo, 0);
-	if (DlockShmem == NULL)
+	if (DlockWaitShmem == NULL)
 		return (Datum) 0;
 
-	copy = palloc(sizeof(WaiterRow) * DlockShmem->nslots);
-	LWLockAcquire(DlockShmem->lock, LW_SHARED);
-	for (i = 0; i < DlockShmem->nslots; i++)
+	copy = palloc(sizeof(WaiterRow) * DlockWaitShmem->nslots);
+	LWLockAcquire(DlockWaitShmem->lock, LW_SHARED);
+	for (i = 0; i < DlockWaitShmem->nslots; i++)
 	{
-		DlockWaiter *w = &DlockShmem->slots[i];
+		DlockWaiter *w = &DlockWaitShmem->slots[i];
 		WaiterRow  *r = &copy[ncopy];
 
 		if (!w->in_use || w->dboid != MyDatabaseId)
@@ -1596,7 +574,7 @@ dlock_waiters_read(PG_FUNCTION_ARGS)
 		memcpy(r->name, w->name, w->namelen);
 		ncopy++;
 	}
-	LWLockRelease(DlockShmem->lock);
+	LWLockRelease(DlockWaitShmem->lock);
 
 	for (i = 0; i < ncopy; i++)
 	{
@@ -1622,7 +600,7 @@ dlock_waiters_read(PG_FUNCTION_ARGS)
 			for (j = 0; j < ncopy; j++)
 				if (!copy[j].any && copy[j].hash == w->hash &&
 					copy[j].ticket < w->ticket &&
-					same_bytes(copy[j].name, copy[j].namelen,
+					DlockWaitSameBytes(copy[j].name, copy[j].namelen,
 							   w->name, w->namelen))
 					position++;
 			values[8] = Int32GetDatum(position);

@@ -1,0 +1,299 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/fence_config.c
+ *	  A fenced table's configuration, from the dlock_fence trigger's
+ *	  arguments: the mode, the token column and the lock name template
+ *	  (split by template.c, its columns looked up in the table), and the
+ *	  lock name of a row (design.md §1).
+ *
+ * Concurrency: none of its own; it reads the trigger's relation, which
+ * the firing statement has locked, and its catalog entries.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "tcop/utility.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
+#include "compat.h"
+#include "dlock.h"
+#include "fence_int.h"
+
+/*
+ * DlockFenceParseMode parses a fencing mode's name into *mode; returns false when
+ * it names none.
+ */
+bool
+DlockFenceParseMode(const char *name, DlockFenceMode *mode)
+{
+	if (strcmp(name, "latest") == 0)
+		*mode = DLOCK_FENCE_LATEST;
+	else if (strcmp(name, "live") == 0)
+		*mode = DLOCK_FENCE_LIVE;
+	else if (strcmp(name, "seen") == 0)
+		*mode = DLOCK_FENCE_SEEN;
+	else
+		return false;
+	return true;
+}
+
+/*
+ * fence_usage_hint adds the hint of a bad trigger argument: how trigger
+ * on rel should call dlock_fence.  For ereport.
+ */
+static int
+fence_usage_hint(Trigger *trigger, Relation rel)
+{
+	return errhint("Trigger \"%s\" on relation \"%s\" must call dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).",
+				   trigger->tgname, RelationGetRelationName(rel));
+}
+
+/*
+ * fence_bad_argument raises 22023 for an argument of trigger on rel that
+ * cannot work; msg and detail are errmsg(...) and errdetail(...), so the
+ * messages stay literal at each call.
+ */
+#define fence_bad_argument(trigger, rel, msg, detail) \
+	ereport(ERROR, \
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE), \
+			 (msg), (detail), fence_usage_hint((trigger), (rel))))
+
+/*
+ * fence_column returns the number of the live column attname of rel, or
+ * raises 22023 naming what it was for: the lock name template (when
+ * for_template) or the token column argument.
+ */
+static int
+fence_column(Trigger *trigger, Relation rel, const char *attname,
+			 bool for_template)
+{
+	AttrNumber	attnum = get_attnum(RelationGetRelid(rel), attname);
+
+	if (attnum <= 0)
+		fence_bad_argument(trigger, rel,
+						   errmsg("column \"%s\" does not exist", attname),
+						   for_template ?
+						   errdetail("The lock name template names column \"%s\", which relation \"%s\" does not have.",
+									 attname, RelationGetRelationName(rel)) :
+						   errdetail("The token column argument names column \"%s\", which relation \"%s\" does not have.",
+									 attname, RelationGetRelationName(rel)));
+	return attnum;
+}
+
+/*
+ * fence_parse_template splits template into literal and column segments of
+ * config (DlockTemplateSplit), resolving columns against rel.  Raises 22023
+ * for an unclosed or empty {}, a lone } or a missing column.
+ */
+static void
+fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
+					 const char *template)
+{
+	DlockTemplatePart *parts = NULL;
+	int			nparts = 0;
+	int			pos;
+	int			i;
+
+	switch (DlockTemplateSplit(template, &parts, &nparts, &pos))
+	{
+		case DLOCK_TEMPLATE_OK:
+			break;
+		case DLOCK_TEMPLATE_UNCLOSED:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("The \"{\" at position %d of template \"%s\" is not closed; write \"{{\" for a literal brace.",
+										 pos, template));
+			break;
+		case DLOCK_TEMPLATE_EMPTY_COLUMN:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("Template \"%s\" has an empty \"{}\" at position %d.",
+										 template, pos));
+			break;
+		case DLOCK_TEMPLATE_STRAY_CLOSE:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("The \"}\" at position %d of template \"%s\" closes nothing; write \"}}\" for a literal brace.",
+										 pos, template));
+			break;
+		case DLOCK_TEMPLATE_EMPTY:
+			fence_bad_argument(trigger, rel, errmsg("invalid lock name template"),
+							   errdetail("The lock name template is empty."));
+			break;
+	}
+
+	config->segments = palloc0(sizeof(FenceSegment) * nparts);
+	config->nsegments = nparts;
+	for (i = 0; i < nparts; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		Oid			typoutput;
+		bool		typisvarlena;
+
+		if (parts[i].literal != NULL)
+		{
+			seg->literal = parts[i].literal;
+			continue;
+		}
+		seg->attname = parts[i].column;
+		seg->attnum = fence_column(trigger, rel, seg->attname, true);
+		seg->typid = TupleDescAttr(RelationGetDescr(rel), seg->attnum - 1)->atttypid;
+		getTypeOutputInfo(seg->typid, &typoutput, &typisvarlena);
+		fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
+		config->has_columns = true;
+	}
+}
+
+/*
+ * DlockFenceGetConfig returns the parsed arguments of the trigger firing now,
+ * from fn_extra when this statement already parsed them.  Raises 39P01 for
+ * a wrong argument count and 22023 for arguments that cannot work.
+ */
+FenceConfig *
+DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
+{
+	FenceConfig *config = (FenceConfig *) fcinfo->flinfo->fn_extra;
+	Trigger    *trigger = trigdata->tg_trigger;
+	Relation	rel = trigdata->tg_relation;
+	MemoryContext oldcxt;
+	Form_pg_attribute tokatt;
+
+	if (config != NULL && config->tgoid == trigger->tgoid)
+		return config;
+
+	if (trigger->tgnargs != 2 && trigger->tgnargs != 3)
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("function \"%s\" takes 2 or 3 trigger arguments, not %d",
+						"dlock_fence", trigger->tgnargs),
+				 errhint("Use dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).")));
+
+	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	config = palloc0(sizeof(FenceConfig));
+	config->tgoid = trigger->tgoid;
+
+	config->mode = DLOCK_FENCE_LATEST;
+	if (trigger->tgnargs == 3 && !DlockFenceParseMode(trigger->tgargs[2], &config->mode))
+		fence_bad_argument(trigger, rel, errmsg("unknown fencing mode"),
+						   errdetail("The mode is \"%s\"; it must be \"latest\", \"live\" or \"seen\".",
+									 trigger->tgargs[2]));
+
+	config->token_attname = pstrdup(trigger->tgargs[1]);
+	config->token_attnum = fence_column(trigger, rel, config->token_attname,
+										false);
+	tokatt = TupleDescAttr(RelationGetDescr(rel), config->token_attnum - 1);
+	if (getBaseType(tokatt->atttypid) != INT8OID)
+		fence_bad_argument(trigger, rel, errmsg("token column must be of type bigint"),
+						   errdetail("Column \"%s\" of relation \"%s\" is of type %s.",
+									 config->token_attname,
+									 RelationGetRelationName(rel),
+									 format_type_be(tokatt->atttypid)));
+
+	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
+	initStringInfo(&config->name);
+	initStringInfo(&config->old_name);
+
+	/* a statement has no row to take a column's value from */
+	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)
+		fence_bad_argument(trigger, rel,
+						   errmsg("lock name template of a TRUNCATE trigger must not name a column"),
+						   errdetail("Template \"%s\" names columns, but TRUNCATE has no row to take their values from.",
+									 trigger->tgargs[0]));
+
+	MemoryContextSwitchTo(oldcxt);
+	fcinfo->flinfo->fn_extra = config;
+	return config;
+}
+
+/*
+ * DlockFenceLockName builds the lock name of row tuple from the template (of a
+ * statement trigger: tuple is NULL and the template names no column), as a
+ * text in buf, one of config's buffers: valid until the next row.  Integer
+ * and text columns are copied without their output functions (which give
+ * the same text).  Raises 22004 when a column named in the template is
+ * NULL, 22023 when the name is longer than a lock name may be
+ * (DLOCK_MAX_NAME_BYTES, as for every function that takes a name).
+ */
+text *
+DlockFenceLockName(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
+				StringInfo buf)
+{
+	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	int			i;
+
+	Assert(tuple != NULL || !config->has_columns);
+	resetStringInfo(buf);
+	appendStringInfoSpaces(buf, VARHDRSZ);	/* the text's header */
+	for (i = 0; i < config->nsegments; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		bool		isnull;
+		Datum		value;
+
+		if (seg->literal != NULL)
+		{
+			appendStringInfoString(buf, seg->literal);
+			continue;
+		}
+		value = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
+		if (isnull)
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("lock name template column \"%s\" is null",
+							seg->attname),
+					 errdetail("Trigger \"%s\" on relation \"%s\" builds the lock name from template \"%s\".",
+							   trigdata->tg_trigger->tgname,
+							   RelationGetRelationName(trigdata->tg_relation),
+							   trigdata->tg_trigger->tgargs[0])));
+		switch (seg->typid)
+		{
+			case INT2OID:
+			case INT4OID:
+			case INT8OID:
+				{
+					char		digits[MAXINT8LEN + 1];
+					int			len;
+
+					if (seg->typid == INT2OID)
+						len = pg_itoa(DatumGetInt16(value), digits);
+					else if (seg->typid == INT4OID)
+						len = pg_ltoa(DatumGetInt32(value), digits);
+					else
+						len = pg_lltoa(DatumGetInt64(value), digits);
+					appendBinaryStringInfo(buf, digits, len);
+					break;
+				}
+			case TEXTOID:
+			case VARCHAROID:
+				{
+					text	   *t = (text *) pg_detoast_datum_packed((struct varlena *) DatumGetPointer(value));
+
+					appendBinaryStringInfo(buf, VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+					break;
+				}
+			default:
+				appendStringInfoString(buf, OutputFunctionCall(&seg->outfunc, value));
+				break;
+		}
+	}
+	SET_VARSIZE(buf->data, buf->len);
+	if (buf->len - VARHDRSZ > DLOCK_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lock name is too long"),
+				 errdetail("Trigger \"%s\" on relation \"%s\" built a lock name of %d bytes from template \"%s\"; the limit is %d bytes.",
+						   trigdata->tg_trigger->tgname,
+						   RelationGetRelationName(trigdata->tg_relation),
+						   buf->len - VARHDRSZ, trigdata->tg_trigger->tgargs[0],
+						   DLOCK_MAX_NAME_BYTES)));
+	return (text *) buf->data;
+}

@@ -1,0 +1,54 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/fence_int.h
+ *	  What fence.c and fence_config.c share: a fenced table's
+ *	  configuration and the functions that read it.  Private to the fence.
+ *
+ * Concurrency: fence.c's header.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DLOCK_FENCE_INT_H
+#define DLOCK_FENCE_INT_H
+
+#include "commands/trigger.h"
+#include "fmgr.h"
+#include "utils/rel.h"
+
+#include "dlock.h"
+
+/* One piece of the lock name template: literal text, or a column's value. */
+typedef struct FenceSegment
+{
+	char	   *literal;		/* NULL for a column */
+	int			attnum;			/* column number, for a column */
+	char	   *attname;
+	Oid			typid;			/* the column's type */
+	FmgrInfo	outfunc;		/* the column type's output function */
+} FenceSegment;
+
+/* A trigger's parsed arguments, cached in fn_extra for one statement. */
+typedef struct FenceConfig
+{
+	Oid			tgoid;			/* the trigger these are for */
+	int			nsegments;
+	FenceSegment *segments;
+	bool		has_columns;	/* the template names a column */
+	int			token_attnum;
+	char	   *token_attname;
+	DlockFenceMode mode;
+	StringInfoData name;		/* the current row's lock name, as a text */
+	StringInfoData old_name;	/* an UPDATE's old row's lock name */
+} FenceConfig;
+
+
+
+extern bool DlockFenceParseMode(const char *name, DlockFenceMode *mode);
+extern FenceConfig *DlockFenceGetConfig(FunctionCallInfo fcinfo,
+										TriggerData *trigdata);
+extern text *DlockFenceLockName(FenceConfig *config, TriggerData *trigdata,
+								HeapTuple tuple, StringInfo buf);
+
+#endif							/* DLOCK_FENCE_INT_H */

@@ -1,0 +1,319 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/lease_fence.c
+ *	  The fence's direct access to the lease table: the 'latest' fence's
+ *	  read (DlockLeaseFenceRead, answered by the fence cache when it can)
+ *	  and the 'live' fence's lock (DlockLeaseFenceLock), which run as the
+ *	  caller (design.md §14, §17).
+ *
+ * Concurrency: the 'latest' read takes AccessShareLock on the table and
+ * its index and no row lock, with a fresh snapshot; the 'live' lock takes
+ * RowShareLock (index AccessShareLock) and locks the row FOR KEY SHARE,
+ * waiting, following a concurrently changed row to its newest version as
+ * READ COMMITTED does (a SERIALIZABLE transaction gets 40001).  Both keep
+ * their relation locks until the transaction ends.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relation.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_collation.h"
+#include "catalog/pg_index.h"
+#include "catalog/pg_type.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "executor/tuptable.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/freespace.h"
+#include "storage/lmgr.h"
+#include "storage/procarray.h"
+#include "utils/acl.h"
+#include "utils/fmgroids.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "compat.h"
+#include "dlock.h"
+#include "fence_cache.h"
+#include "lease_room.h"
+#include "lease_table.h"
+#include "lease_table_int.h"
+
+/*
+ * slot_has_name reports whether column att_name of the version in slot (a
+ * lease row or a mark) is lock_name.
+ */
+static bool
+slot_has_name(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att_name, &isnull);
+	text	   *name;
+
+	if (isnull)
+		return false;
+	name = DatumGetTextPP(d);
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
+ * lease_slot_has_name reports whether the version in slot is the row of
+ * lock_name (the recheck an executor does on a row version it followed an
+ * update to; dlock never changes a row's lock_name).
+ */
+static inline bool
+lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
+					text *lock_name)
+{
+	return slot_has_name(slot, table->att_lock_name, lock_name);
+}
+
+/*
+ * lease_fence_fields copies what the fence reads of the lease row in slot
+ * into *lease.
+ */
+static void
+lease_fence_fields(const DlockLeaseTable *table, TupleTableSlot *slot,
+				   DlockFenceLease *lease)
+{
+	lease->token = DatumGetInt64(DlockLeaseField(slot, table->att_token));
+	lease->expires_at = DatumGetTimestampTz(DlockLeaseField(slot, table->att_expires_at));
+	lease->released = DatumGetBool(DlockLeaseField(slot, table->att_released));
+	lease->state_read = true;
+}
+
+/*
+ * DlockLeaseFenceRead reads the lease of lock_name into *lease for the
+ * 'latest' fence: from the fence cache when it knows the name
+ * (fence_cache.c; then only found and token are set, and state_read is
+ * false), otherwise straight from the primary key index and the heap, with
+ * a fresh snapshot and no row lock, without SPI's per-statement executor
+ * setup, and then offers the token to the cache.  The same MVCC read as
+ * DlockLeaseRead.  Takes AccessShareLock on the table (and on the index when
+ * it reads it), kept until the transaction ends; the table's lock is what
+ * makes its relfilenode, part of the cache's key, current.  Runs as the
+ * caller (opening a relation checks no privilege); the lookup evaluates no
+ * user-defined function.
+ */
+void
+DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
+					DlockFenceLease *lease)
+{
+	Relation	rel;
+	Relation	idx;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+
+	Assert(OidIsValid(table->relid) && table->att_token > 0);
+	rel = table_open(table->relid, AccessShareLock);
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	if (DlockFenceCacheGet(rel, lock_name, &lease->token, &root, &ticket))
+	{
+		lease->found = true;
+		table_close(rel, NoLock);
+		return;
+	}
+
+	idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	lease->found = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
+	if (lease->found)
+		lease_fence_fields(table, slot, lease);
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	index_close(idx, NoLock);
+	table_close(rel, NoLock);
+	if (lease->found)
+		DlockFenceCacheFill(&ticket, lock_name, lease->token, &root);
+}
+
+/*
+ * lease_fetch_hint fetches, with snapshot, the visible version of the HOT
+ * chain whose root is at *root into slot, and returns whether there was one
+ * and it is lock_name's row: what DlockLeaseLookup would find, without the
+ * B-tree descent.  The fence cache's root (fence_cache.c) is a hint, and
+ * this checks it; it always points into the table (a page holding a live
+ * row's root is never truncated, and a non-HOT update or a delete of the
+ * row opens the name's bucket until its transaction has ended).
+ */
+static bool
+lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
+				 Snapshot snapshot, ItemPointer root, text *lock_name,
+				 TupleTableSlot *slot)
+{
+	IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+	ItemPointerData tid = *root;
+	bool		call_again = false;
+	bool		all_dead = false;
+	bool		found;
+
+	found = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again,
+									&all_dead);
+	table_index_fetch_end(fetch);
+	return found && lease_slot_has_name(table, slot, lock_name);
+}
+
+/*
+ * DlockLeaseFenceLock reads the lease of lock_name into *lease for the
+ * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
+ * as SELECT ... FOR KEY SHARE would, without SPI: the version visible to a
+ * fresh snapshot, found through the root of its HOT chain that the fence
+ * cache keeps (checked: lease_fetch_hint) or else through the primary key
+ * (then offered to the cache), then table_tuple_lock on that version,
+ * waiting for a transaction that holds a conflicting lock (a takeover's
+ * FOR UPDATE) or changed the row.  READ COMMITTED rules, also under
+ * REPEATABLE READ: when the row was changed concurrently, the lock follows
+ * it to its newest version (TUPLE_LOCK_FLAG_FIND_LAST_VERSION), which is
+ * then the lease read (a deleted row: no lease).  A SERIALIZABLE
+ * transaction keeps its rules, as the SQL statement did: a concurrent
+ * update or delete raises 40001 (the messages and codes of ExecLockRows);
+ * it always goes through the index, whose predicate locks SSI needs.
+ * Takes RowShareLock on the table (before the cache lookup: it keeps VACUUM
+ * from truncating the table under the hint) and AccessShareLock on its
+ * index, kept until the transaction ends.  Runs as the caller (locking a
+ * row directly checks no privilege), so the holder-role rule is applied
+ * here, to the session's role (GetOuterUserId: the role SET ROLE made
+ * current, not the owner of a SECURITY DEFINER function or of the table a
+ * foreign key's cascade writes, which runs as that owner): only the
+ * holder keeps its lease from being taken over past its expiry.  When the
+ * visible version carries the writer's token but that role may not act
+ * for its holder role (DlockMayActFor), nothing is locked, the lease is
+ * returned as read, and lease->denied is set (the fence raises 42501).  A
+ * version the lock follows an update to (a takeover that was in flight)
+ * is checked the same way after it is locked: then the lock is held, and
+ * the 42501 that ends the (sub)transaction releases it, as the 55T01 of a
+ * token that is not current does.  The lookup evaluates no user-defined
+ * function.
+ */
+void
+DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
+					DlockFenceLease *lease)
+{
+	Relation	rel;
+	Relation	idx = NULL;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		cached_token;
+	bool		hinted;
+	bool		seen;
+	Oid			actor = GetOuterUserId();
+
+	Assert(OidIsValid(table->relid) && table->att_token > 0);
+	rel = table_open(table->relid, RowShareLock);
+	if (!IsolationIsSerializable())
+		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+	hinted = !IsolationIsSerializable() &&
+		DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
+	if (IsolationIsSerializable())
+		ticket.bucket = -1;
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	lease->found = false;
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	seen = hinted &&
+		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
+	if (!seen)
+	{
+		idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+		seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
+		if (seen && !hinted)
+			DlockFenceCacheFill(&ticket, lock_name,
+								DatumGetInt64(DlockLeaseField(slot, table->att_token)),
+								&root);
+	}
+	if (seen &&
+		DatumGetInt64(DlockLeaseField(slot, table->att_token)) == token)
+	{
+		Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
+
+		if (!DlockMayActFor(actor, holder))
+		{
+			/* the holder-role rule: not locked, not to be taken over */
+			lease->found = true;
+			lease_fence_fields(table, slot, lease);
+			lease->denied = true;
+			lease->holder = holder;
+			seen = false;
+		}
+	}
+	if (seen)
+	{
+		ItemPointerData tid = slot->tts_tid;
+		TM_FailureData tmfd;
+		TM_Result	res;
+
+		res = table_tuple_lock(rel, &tid, snap, slot,
+							   GetCurrentCommandId(true), LockTupleKeyShare,
+							   LockWaitBlock, lockflags, &tmfd);
+		switch (res)
+		{
+			case TM_Ok:
+				/* locked; the newest version when it followed an update */
+				lease->found = !tmfd.traversed ||
+					lease_slot_has_name(table, slot, lock_name);
+				break;
+			case TM_SelfModified:
+				/* changed by a later command of this transaction: skipped */
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				if (IsolationIsSerializable())
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not serialize access due to concurrent update")));
+				if (res == TM_Updated)
+					elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+				break;			/* deleted (purged) meanwhile: no lease */
+			default:
+				elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
+		}
+		if (lease->found)
+		{
+			lease_fence_fields(table, slot, lease);
+			if (lease->token == token)
+			{
+				Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
+
+				/* a takeover the lock waited for may have another holder */
+				if (!DlockMayActFor(actor, holder))
+				{
+					lease->denied = true;
+					lease->holder = holder;
+				}
+			}
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	if (idx != NULL)
+		index_close(idx, NoLock);
+	table_close(rel, NoLock);
+}
