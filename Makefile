@@ -19,6 +19,8 @@
 #   make deb             Debian packages from a clean copy of the tree, into dist/debian/
 #                        (tools/make-deb: dpkg-buildpackage, regression at build time, lintian)
 #   make dist            the PGXN release, dist/dlock-<release>.zip (git archive of HEAD)
+#   make format          format the C code with PostgreSQL's pgindent (tools/pgindent);
+#                        make format-check changes nothing, shows the diff, fails on it
 #   make install NO_CLI=1  the extension only, not the command-line tool (the Debian
 #                        build: the tool has a package of its own)
 #
@@ -72,7 +74,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # The commands that find their server themselves (test/pg-server), or
 # need none.
-DLOCK_COMMANDS = test test-all pg-config demo bench install-script deb dist
+DLOCK_COMMANDS = test test-all pg-config demo bench install-script deb dist format format-check
 
 # Debian's PostgreSQL 15 unless told otherwise (PG_CONFIG=..., or PG=...
 # for a server of test/pg-server); fall back to PATH.
@@ -90,7 +92,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
 # The README's commands (test and demo, and bench).  They install what they
 # need first, so they must work before PostgreSQL's development files are there.
-.PHONY: test test-all pg-config demo bench deb dist
+.PHONY: test test-all pg-config demo bench deb dist format format-check
 test:
 	@DLOCK_PG=$(or $(PG),15) test/run-tests
 
@@ -115,6 +117,12 @@ deb:
 
 dist:
 	@tools/make-dist
+
+format:
+	@tools/pgindent
+
+format-check:
+	@tools/pgindent --check
 
 # The release (1.2.0) is written in one place, VERSION.  What else names
 # it must agree (test/t/037_release.pl checks): META.json, debian/changelog,
