@@ -288,8 +288,8 @@ static const char help_text[] =
  * usage_error prints "dlock: <message>", the synopsis of cmd (or of every
  * command when cmd is NULL) and a pointer to --help, and exits 64.
  */
-static void
-usage_error(const Command *cmd, const char *fmt,...) __attribute__((format(printf, 2, 3), noreturn));
+static void usage_error(const Command *cmd, const char *fmt,...)
+			__attribute__((format(printf, 2, 3), noreturn));
 
 static void
 usage_error(const Command *cmd, const char *fmt,...)

@@ -467,8 +467,8 @@ keeper_reap(Keeper *k)
  * keeper_finish cleans up what dlock would have, had it lived, and exits
  * with CMD's status.
  */
-static void
-keeper_finish(Keeper *k) __attribute__((noreturn));
+static void keeper_finish(Keeper *k)
+			__attribute__((noreturn));
 
 static void
 keeper_finish(Keeper *k)
@@ -482,8 +482,8 @@ keeper_finish(Keeper *k)
  * keeper_main is the keeper process (see the header).  Called in the
  * child of dlock's fork with every signal blocked.
  */
-static void
-keeper_main(Keeper *k) __attribute__((noreturn));
+static void keeper_main(Keeper *k)
+			__attribute__((noreturn));
 
 static void
 keeper_main(Keeper *k)

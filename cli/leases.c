@@ -150,8 +150,8 @@ DlockLeasesTake(DlockLeases *l, const DlockOptions *opt, const PGresult *res)
  * append writes fmt's text at the end of the string in buf (of size len),
  * as far as it fits.
  */
-static void
-append(char *buf, size_t len, const char *fmt,...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t len, const char *fmt,...)
+			__attribute__((format(printf, 3, 4)));
 
 static void
 append(char *buf, size_t len, const char *fmt,...)

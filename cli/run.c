@@ -409,8 +409,8 @@ exit_status(const Run *r)
 /*
  * say prints a message about the lease on stderr.
  */
-static void
-say(const Run *r, const char *fmt,...) __attribute__((format(printf, 2, 3)));
+static void say(const Run *r, const char *fmt,...)
+			__attribute__((format(printf, 2, 3)));
 
 static void
 say(const Run *r, const char *fmt,...)

@@ -357,8 +357,10 @@ queue_events(void)
 	int64		nchanges = 0;
 
 	foreach(lc, events)
+	{
 		if (((LeaseEvent *) lfirst(lc))->notify)
 			nsend++;
+	}
 	if (nsend == 0)
 		return;
 	if (!DlockNotifierAvailable())
