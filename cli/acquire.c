@@ -348,8 +348,8 @@ DlockAcquireLease(DlockLink *link, const DlockOptions *opt, const char *owner,
 
 				/*
 				 * Read-only, or going away: try another connection.  A
-				 * backend terminated during the call (57P01, 57P02) had
-				 * taken it; its transaction is rolled back.
+				 * backend terminated during the call (57P01, 57P02) had taken
+				 * it; its transaction is rolled back.
 				 */
 				if (state && strncmp(state, "57P0", 4) == 0 && strcmp(state, "57P03") != 0)
 					st.reached = true;

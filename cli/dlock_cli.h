@@ -42,8 +42,8 @@
 #define DLOCK_EXIT_NOT_ACQUIRED 75	/* EX_TEMPFAIL: CMD was not started */
 #define DLOCK_EXIT_LOST			76	/* EX_PROTOCOL: the lease was lost */
 #define DLOCK_EXIT_UNCONFIRMED	79	/* run: CMD ended, but no release
-									 * confirmed the lease (no sysexits
-									 * value: none means this) */
+									 * confirmed the lease (no sysexits value:
+									 * none means this) */
 #define DLOCK_EXIT_WATCHDOG		80	/* run --watchdog: CMD sent no WATCHDOG=1
 									 * in time and was stopped */
 
@@ -167,10 +167,9 @@ typedef struct DlockKeeper
 #define KEEPER_STARTED		4	/* a: CMD's pid, or -errno; b: 1 when the
 								 * keeper is a subreaper */
 #define KEEPER_TERM			5	/* a: why (below); b: how many processes */
-#define KEEPER_KILL			6	/* a: why (KEEPER_WHY_DEADLINE, or 0: the
-								 * time a stop gave); b: how many got it */
-#define KEEPER_CMD_EXITED	7	/* a: CMD's status (its processes may
-								 * remain) */
+#define KEEPER_KILL			6	/* a: why (KEEPER_WHY_DEADLINE, or 0: the time
+								 * a stop gave); b: how many got it */
+#define KEEPER_CMD_EXITED	7	/* a: CMD's status (its processes may remain) */
 
 #define KEEPER_WHY_DEADLINE	1	/* no renew by the deadline - grace */
 #define KEEPER_WHY_LEFTOVER	2	/* CMD exited, its processes had not */

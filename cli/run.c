@@ -248,11 +248,11 @@ typedef struct Run
 	/*
 	 * The leases: one, or the members of a set (each: renewed and released
 	 * with the _each functions).  held[i] says whether leases.names[i] is
-	 * still held: a member whose renew returned false is lost, and only
-	 * the others are renewed and released from then on; lose() clears them
-	 * all.  sent[] is held[] as it was when the call in flight was sent,
-	 * which its answer's elements follow.  The array literals of the held
-	 * members are kept until nheld changes.
+	 * still held: a member whose renew returned false is lost, and only the
+	 * others are renewed and released from then on; lose() clears them all.
+	 * sent[] is held[] as it was when the call in flight was sent, which its
+	 * answer's elements follow.  The array literals of the held members are
+	 * kept until nheld changes.
 	 */
 	DlockLeases leases;
 	bool		each;
@@ -276,12 +276,12 @@ typedef struct Run
 	int			stale_renews;	/* STARTING: renews that left < 2T/3 */
 
 	/*
-	 * The database call in flight, and retries.  Not phases: every phase
-	 * that holds the lease talks to the database the same way.  call is
-	 * not implied by the phase either: a renew sent while CMD ran may be
-	 * answered in RELEASING.  failures counts the attempts that failed
-	 * since the last success (for the messages: the first failure, the
-	 * recovery, why the deadline passed).
+	 * The database call in flight, and retries.  Not phases: every phase that
+	 * holds the lease talks to the database the same way.  call is not
+	 * implied by the phase either: a renew sent while CMD ran may be answered
+	 * in RELEASING.  failures counts the attempts that failed since the last
+	 * success (for the messages: the first failure, the recovery, why the
+	 * deadline passed).
 	 */
 	Call		call;
 	int64_t		sent_at;		/* when the call in flight was sent */
@@ -314,24 +314,24 @@ typedef struct Run
 	DlockNotify notify;
 
 	/*
-	 * What dlock exits with unless the lease is lost after CMD started
-	 * (see exit_status()): CMD's status, shell-style, once it has exited;
-	 * before that, why CMD never started (75 until something else is
-	 * known: 128+S, 70; in ACQUIRING the acquire's status).
+	 * What dlock exits with unless the lease is lost after CMD started (see
+	 * exit_status()): CMD's status, shell-style, once it has exited; before
+	 * that, why CMD never started (75 until something else is known: 128+S,
+	 * 70; in ACQUIRING the acquire's status).
 	 */
 	int			status;
 
 	/*
-	 * A release, sent after CMD exited (RELEASING comes only then),
-	 * returned true: the server serving now had the lease live, with our
-	 * token, when CMD had ended.  Without it CMD's status is not passed on
+	 * A release, sent after CMD exited (RELEASING comes only then), returned
+	 * true: the server serving now had the lease live, with our token, when
+	 * CMD had ended.  Without it CMD's status is not passed on
 	 * (DLOCK_EXIT_UNCONFIRMED, see exit_status()).
 	 */
 	bool		confirmed;
 
 	/*
-	 * A stopping signal that came while no CMD runs to pass it on to.  Not
-	 * a phase but an event: received in step 3, acted upon in step 5 (after
+	 * A stopping signal that came while no CMD runs to pass it on to.  Not a
+	 * phase but an event: received in step 3, acted upon in step 5 (after
 	 * step 4 took an answer that may already be there).
 	 */
 	int			interrupt;
@@ -871,9 +871,9 @@ handle_keeper(Run *r, int64_t now)
 			if (a == KEEPER_WHY_DEADLINE && r->phase == PH_RUNNING)
 			{
 				/*
-				 * Stopped with the lease in hand (a SIGTERM to dlock, or
-				 * what CMD left behind), and no renew came by the deadline
-				 * since: the keeper kills at the deadline.
+				 * Stopped with the lease in hand (a SIGTERM to dlock, or what
+				 * CMD left behind), and no renew came by the deadline since:
+				 * the keeper kills at the deadline.
 				 */
 				say(r, "not renewed in time: its deadline has come while CMD's processes were being stopped");
 				r->stop = STOP_DEADLINE;
@@ -1004,10 +1004,10 @@ handle_result(Run *r, int64_t now, PGresult *res)
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)
 	{
 		/*
-		 * An SQL error: try again until the deadline, on this connection,
-		 * or on a new one when this server is read-only (a standby, or the
-		 * old primary after a failover) or going away: a multi-host
-		 * conninfo may lead the new one to the server that serves now.
+		 * An SQL error: try again until the deadline, on this connection, or
+		 * on a new one when this server is read-only (a standby, or the old
+		 * primary after a failover) or going away: a multi-host conninfo may
+		 * lead the new one to the server that serves now.
 		 */
 		snprintf(why, sizeof(why), "%s", DlockResultError(res));
 		if (DlockRetryableError(res))
@@ -1042,12 +1042,12 @@ handle_result(Run *r, int64_t now, PGresult *res)
 		}
 
 		/*
-		 * The answer counts only if it was read before the deadline, and
-		 * time passed since the top of the loop: read the clock again.
-		 * Once CMD is done (RELEASING) a late answer is harmless: CMD ran
-		 * under the lease to its end.  The keeper gets the new deadline
-		 * (it stops CMD's tree by the old one otherwise; if it began to
-		 * already, it reports so and CMD is stopped all the same).
+		 * The answer counts only if it was read before the deadline, and time
+		 * passed since the top of the loop: read the clock again. Once CMD is
+		 * done (RELEASING) a late answer is harmless: CMD ran under the lease
+		 * to its end.  The keeper gets the new deadline (it stops CMD's tree
+		 * by the old one otherwise; if it began to already, it reports so and
+		 * CMD is stopped all the same).
 		 */
 		late = r->phase != PH_RELEASING && DlockNow() >= r->deadline;
 		if (!late)
@@ -1076,9 +1076,9 @@ handle_result(Run *r, int64_t now, PGresult *res)
 			++r->stale_renews >= MAX_STALE_RENEWS)
 		{
 			/*
-			 * Renewed, but still too little of the ttl left to start CMD:
-			 * the database answers in more than T/3, so every further
-			 * renew would be as stale.  Give the lease back.
+			 * Renewed, but still too little of the ttl left to start CMD: the
+			 * database answers in more than T/3, so every further renew would
+			 * be as stale.  Give the lease back.
 			 */
 			char		took[32];
 			char		ttl[32];
@@ -1385,6 +1385,7 @@ DlockRun(const DlockOptions *opt)
 	r.renewing = true;
 	r.notify.fd = -1;
 	r.keeper.ctl = r.keeper.report = -1;
+
 	/*
 	 * SIGTERM before the deadline, SIGKILL at it less the margin: see
 	 * design.md §9, the timing rules (the grace is never less than the
@@ -1465,9 +1466,9 @@ DlockRun(const DlockOptions *opt)
 	}
 
 	/*
-	 * What is held: one lease, or a set of several, renewed and released
-	 * with one call each (design.md §9: every call's arguments are
-	 * parameters, here array literals).
+	 * What is held: one lease, or a set of several, renewed and released with
+	 * one call each (design.md §9: every call's arguments are parameters,
+	 * here array literals).
 	 */
 	r.nheld = r.leases.n;
 	r.held = DlockAlloc(sizeof(bool) * r.leases.n);
@@ -1493,8 +1494,8 @@ DlockRun(const DlockOptions *opt)
 	/*
 	 * The lease is ours.  See design.md §9, the timing rules: unless the
 	 * answer came only after the deadline counted from the send time, that
-	 * deadline is proven; otherwise the answer's arrival plus T is a
-	 * give-up time for confirming the lease with a renew.
+	 * deadline is proven; otherwise the answer's arrival plus T is a give-up
+	 * time for confirming the lease with a renew.
 	 */
 	r.status = DLOCK_EXIT_NOT_ACQUIRED;
 	if (r.sent_at + opt->ttl_ms > answered_at)
@@ -1525,8 +1526,8 @@ DlockRun(const DlockOptions *opt)
 		 * 1. Has CMD exited?  Then 2. the clock, before anything else: a
 		 * deadline found passed makes the lease lost, also when CMD has
 		 * exited (it may have exited after the deadline, while dlock was
-		 * stopped).  CMD exited before this clock reading, so if the
-		 * deadline has not passed, CMD ran under the lease to its end.
+		 * stopped).  CMD exited before this clock reading, so if the deadline
+		 * has not passed, CMD ran under the lease to its end.
 		 */
 		reap(&r);
 		now = DlockNow();

@@ -169,9 +169,9 @@ DlockSignalCatch(int signo, void (*fn) (int, siginfo_t *, void *))
 	if (signo == SIGCHLD)
 	{
 		/*
-		 * Started with it blocked (the mask is inherited), dlock would
-		 * notice its child's exit only at its next timer.  CMD gets the
-		 * original mask back.
+		 * Started with it blocked (the mask is inherited), dlock would notice
+		 * its child's exit only at its next timer.  CMD gets the original
+		 * mask back.
 		 */
 		sigset_t	set;
 

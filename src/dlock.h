@@ -63,8 +63,8 @@ typedef struct DlockPrevLease
 {
 	DlockGrantKind kind;
 	int64		token;			/* the previous token; 0 for a new name */
-	text	   *owner;			/* its owner label, only when a log line
-								 * wants it (DlockEventsWantOwner) */
+	text	   *owner;			/* its owner label, only when a log line wants
+								 * it (DlockEventsWantOwner) */
 	TimestampTz ended_at;		/* its expiry, or release time */
 } DlockPrevLease;
 
@@ -172,8 +172,8 @@ typedef enum DlockStoreOutcome
 								 * lease: not current, or its lease ended */
 	DLOCK_STORE_NO_LEASE,		/* no row for the name */
 	DLOCK_STORE_DENIED			/* the token is the row's current token, but
-								 * the caller may not act for its holder
-								 * role: nothing was changed */
+								 * the caller may not act for its holder role:
+								 * nothing was changed */
 } DlockStoreOutcome;
 
 extern bool DlockStoreTryAcquire(Oid fn_oid, text *lock_name, text *owner,
@@ -192,14 +192,15 @@ extern DlockStoreOutcome DlockStoreRenew(Oid fn_oid, text *lock_name,
 extern DlockStoreOutcome DlockStoreRelease(Oid fn_oid, text *lock_name,
 										   int64 token, TimestampTz now,
 										   Oid *holder);
+
 /* One lease of a renew or release of many, and what was found. */
 typedef struct DlockStoreItem
 {
 	text	   *lock_name;
 	int64		token;
 	DlockStoreOutcome outcome;	/* out */
-	Oid			holder;			/* out: the row's holder role (when the
-								 * token was current) */
+	Oid			holder;			/* out: the row's holder role (when the token
+								 * was current) */
 } DlockStoreItem;
 
 extern void DlockStoreRenewEach(Oid fn_oid, DlockStoreItem *items, int n,
@@ -217,15 +218,14 @@ typedef struct DlockFenceLease
 {
 	bool		found;			/* false: the name has no row */
 	int64		token;
-	bool		state_read;		/* false: released and expires_at unknown
-								 * (a 'latest' read the fence cache
-								 * answered, fence_cache.c) */
+	bool		state_read;		/* false: released and expires_at unknown (a
+								 * 'latest' read the fence cache answered,
+								 * fence_cache.c) */
 	bool		released;
 	TimestampTz expires_at;
 	/* 'live' only: the writer's token is current, but ... */
-	bool		denied;			/* ... the writer may not act for the
-								 * lease's holder role: the row was not
-								 * locked */
+	bool		denied;			/* ... the writer may not act for the lease's
+								 * holder role: the row was not locked */
 	Oid			holder;			/* the lease's holder role, when denied */
 } DlockFenceLease;
 
@@ -348,8 +348,8 @@ typedef struct DlockWaiter
 	int			any_nring;
 	bool		any_rescan;		/* try every name: the ring overflowed */
 	uint64		any_ring[DLOCK_ANY_RING];	/* hashes handed by wakers */
-	pg_atomic_uint64 attempts;	/* the call's attempts so far; written by
-								 * its backend alone, read without a lock */
+	pg_atomic_uint64 attempts;	/* the call's attempts so far; written by its
+								 * backend alone, read without a lock */
 	/* what dlock_waiters shows */
 	int			pid;
 	Oid			dboid;
@@ -359,7 +359,7 @@ typedef struct DlockWaiter
 	TimestampTz since;
 	TimestampTz until;
 	int			namelen;
-	char		name[DLOCK_MAX_NAME_BYTES];	/* a queue slot: the name whose
+	char		name[DLOCK_MAX_NAME_BYTES]; /* a queue slot: the name whose
 											 * queue it stands in; an
 											 * any-slot: its first name (not
 											 * terminated) */

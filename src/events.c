@@ -105,8 +105,8 @@ typedef struct LeaseEvent
 	char	   *lock_name;
 	int64		token;
 	int64		prev_token;		/* 0: none */
-	char	   *prev_owner;		/* taken_over, broken: the holder's label,
-								 * as the log line shows it (owner_text) */
+	char	   *prev_owner;		/* taken_over, broken: the holder's label, as
+								 * the log line shows it (owner_text) */
 	TimestampTz ended_at;		/* taken_over: when the old lease expired */
 	char	   *by_role;		/* broken: the role that broke it */
 } LeaseEvent;
@@ -490,7 +490,8 @@ DlockEventsXactEnd(XactEvent event)
 		case XACT_EVENT_PREPARE:
 			foreach(lc, events)
 				log_event(lfirst(lc), event == XACT_EVENT_PREPARE);
-			events_reset_callback(NULL);	/* freed with TopTransactionContext */
+			events_reset_callback(NULL);	/* freed with
+											 * TopTransactionContext */
 			return;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:

@@ -386,17 +386,17 @@ dlock_fence(PG_FUNCTION_ARGS)
 		if (config->has_columns)
 		{
 			old_lock = DlockFenceLockName(config, trigdata, trigdata->tg_trigtuple,
-									   &config->old_name);
+										  &config->old_name);
 			moved = !fence_same_name(old_lock, lock_name);
 		}
 	}
 
 	/*
 	 * A row that changes lock leaves its old lock as a DELETE would (the
-	 * transaction checked the old lock, that token still passes, and the
-	 * row carries no higher one), and enters the new one as an INSERT
-	 * would (below, without the row's history, which belongs to the old
-	 * lock).  Whoever holds both may move it; nobody else.
+	 * transaction checked the old lock, that token still passes, and the row
+	 * carries no higher one), and enters the new one as an INSERT would
+	 * (below, without the row's history, which belongs to the old lock).
+	 * Whoever holds both may move it; nobody else.
 	 */
 	if (moved)
 	{
@@ -412,8 +412,8 @@ dlock_fence(PG_FUNCTION_ARGS)
 	}
 
 	/*
-	 * A write that carries no token of its own (NULL; on UPDATE also the
-	 * old row's token unchanged) takes the one the transaction checked.
+	 * A write that carries no token of its own (NULL; on UPDATE also the old
+	 * row's token unchanged) takes the one the transaction checked.
 	 */
 	if (isnull || !oldnull)
 	{
@@ -440,9 +440,9 @@ dlock_fence(PG_FUNCTION_ARGS)
 				 config->mode, rel->rd_rel->relowner, NULL);
 
 	/*
-	 * The row's own history never goes backwards under its lock, whatever
-	 * the leases say.  A row that moved starts a history under its new
-	 * lock: its old token was checked against the old one above.
+	 * The row's own history never goes backwards under its lock, whatever the
+	 * leases say.  A row that moved starts a history under its new lock: its
+	 * old token was checked against the old one above.
 	 */
 	if (!moved && !oldnull && token < oldtoken)
 		fence_reject(config->mode, relname, lock_name,

@@ -225,7 +225,7 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
  */
 text *
 DlockFenceLockName(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
-				StringInfo buf)
+				   StringInfo buf)
 {
 	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
 	int			i;

@@ -149,8 +149,8 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 			elog(ERROR, "unexpected result %d locking a dlock lease row", (int) res);
 
 		/*
-		 * Locked the version that was read (TM_Ok: not changed since), so
-		 * it is still ended.  Take it.
+		 * Locked the version that was read (TM_Ok: not changed since), so it
+		 * is still ended.  Take it.
 		 */
 		DlockLeaseRowFromSlot(&la, &row);
 		Assert(!DlockLeaseRowLive(&row, now));

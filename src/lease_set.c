@@ -531,7 +531,7 @@ dlock_renew_each(PG_FUNCTION_ARGS)
 		DlockStoreRenewEach(fcinfo->flinfo->fn_oid, items, n, now,
 							DlockLeaseExpiry(now, ttl));
 	PG_RETURN_ARRAYTYPE_P(each_result(items, pos, n, "renew",
-										DLOCK_STAT_RENEWALS));
+									  DLOCK_STAT_RENEWALS));
 }
 
 /*
@@ -557,5 +557,5 @@ dlock_release_each(PG_FUNCTION_ARGS)
 		DlockAsyncReleaseEnd();
 	}
 	PG_RETURN_ARRAYTYPE_P(each_result(items, pos, n, "release",
-										DLOCK_STAT_RELEASES));
+									  DLOCK_STAT_RELEASES));
 }

@@ -157,7 +157,7 @@ DlockLeasePkeyOpen(const DlockLeaseTable *table, Relation rel, LOCKMODE lockmode
  */
 bool
 DlockLeaseLookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
-			 TupleTableSlot *slot, ItemPointer root)
+				 TupleTableSlot *slot, ItemPointer root)
 {
 	IndexScanDesc scan;
 	ScanKeyData key;

@@ -84,8 +84,8 @@ typedef struct DlockLeaseChangeOp
 								 * lease's holder role (renew, release);
 								 * InvalidOid for break */
 	DlockStoreOutcome outcome;	/* out */
-	Oid			holder;			/* out: the row's holder role, when the
-								 * token was current (renew, release) */
+	Oid			holder;			/* out: the row's holder role, when the token
+								 * was current (renew, release) */
 	/* out, for a break that ended a lease: what the lease was */
 	int64		found_token;
 	TimestampTz found_expires;

@@ -196,9 +196,9 @@ mark_check_op(void *arg)
 	values[3] = TimestampTzGetDatum(m->now);
 
 	/*
-	 * Lock the mark, or create it.  An insert that meets a concurrent one
-	 * of the same name finds its row on the next round; the rounds are
-	 * bounded because a mark, once committed, is only deleted by purge.
+	 * Lock the mark, or create it.  An insert that meets a concurrent one of
+	 * the same name finds its row on the next round; the rounds are bounded
+	 * because a mark, once committed, is only deleted by purge.
 	 */
 	for (round = 0;; round++)
 	{
@@ -214,8 +214,8 @@ mark_check_op(void *arg)
 		/* the common case directly, the rest by the statement */
 		locked = (round == 0 &&
 				  mark_lock(markrelid, att_owner, att_name, att_token,
-								m->table_owner, m->lock_name,
-								&mark) == MARK_LOCKED);
+							m->table_owner, m->lock_name,
+							&mark) == MARK_LOCKED);
 		if (!locked &&
 			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
 		{

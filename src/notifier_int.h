@@ -97,10 +97,10 @@ typedef struct NotifyRecord
 {
 	uint32		size;			/* bytes of the record, MAXALIGNed */
 	TransactionId xid;			/* the top-level transaction */
-	int64		overflow;		/* an "overflow" event: the changes it
-								 * stands for; 0: any other event */
+	int64		overflow;		/* an "overflow" event: the changes it stands
+								 * for; 0: any other event */
 	bool		counted;		/* its changes count as dropped already */
-	char		payload[FLEXIBLE_ARRAY_MEMBER];	/* NUL-terminated JSON */
+	char		payload[FLEXIBLE_ARRAY_MEMBER]; /* NUL-terminated JSON */
 } NotifyRecord;
 
 /* What a notifier is started for (bgw_extra). */
@@ -113,6 +113,7 @@ typedef struct NotifierStart
 
 /* dlock.notifier_idle_timeout, ms (notifier_shmem.c) */
 extern int	DlockNotifierIdleTimeout;
+
 /* the shared memory (NULL: no notifier) and this backend's stop mark */
 extern NotifierShared *DlockNotifierShmem;
 extern Oid	DlockNotifierMyStopDboid;
@@ -125,7 +126,7 @@ extern void DlockNotifierSlotDropQueued(NotifierSlot *slot);
 extern bool DlockNotifierDatabaseStopped(Oid dboid);
 extern void DlockNotifierStopMark(Oid dboid);
 extern void DlockNotifierStopUnmarkLocked(void);
-extern int DlockNotifierSlotOfDatabase(Oid dboid);
+extern int	DlockNotifierSlotOfDatabase(Oid dboid);
 extern bool DlockNotifierSlotStartWanted(NotifierSlot *slot,
 										 uint32 *generation);
 extern void DlockNotifierStart(Oid dboid, int slotno, uint32 generation);

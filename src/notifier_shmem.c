@@ -54,9 +54,9 @@
 #include "notifier_int.h"
 
 static int	dlock_notify_queue_size = 256;
-int	DlockNotifierIdleTimeout = 10000;
+int			DlockNotifierIdleTimeout = 10000;
 NotifierShared *DlockNotifierShmem = NULL;
-Oid	DlockNotifierMyStopDboid = InvalidOid;
+Oid			DlockNotifierMyStopDboid = InvalidOid;
 static bool stop_mark_cleanup = false;	/* its exit callback is registered */
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -188,7 +188,7 @@ notifier_shmem_init(void)
 	if (nslots == 0)
 		return;
 	DlockNotifierShmem = ShmemInitStruct("dlock notify", notifier_shmem_size(),
-									 &found);
+										 &found);
 	if (!found)
 	{
 		DlockNotifierShmem->lock = &(GetNamedLWLockTranche("dlock notify"))->lock;

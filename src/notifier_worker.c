@@ -490,8 +490,8 @@ dlock_notifier_main(Datum main_arg)
 	notifier_connected = true;
 
 	/*
-	 * Its commits carry only notifications: no flush or standby to wait
-	 * for.  Nothing a database or role setting says may stop it.
+	 * Its commits carry only notifications: no flush or standby to wait for.
+	 * Nothing a database or role setting says may stop it.
 	 */
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("default_transaction_read_only", "off", PGC_SUSET,

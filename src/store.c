@@ -75,7 +75,8 @@ typedef struct DlockStmtDef
 	const char *sql;			/* with %1$s for the quoted schema name */
 	int			nargs;
 	Oid			argtypes[6];
-	bool		marks;			/* on dlock_fence_mark: prepared when it exists */
+	bool		marks;			/* on dlock_fence_mark: prepared when it
+								 * exists */
 } DlockStmtDef;
 
 /*
@@ -96,11 +97,11 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 
 	/*
 	 * STMT_PURGE: $1 cutoff, $2 the last name of the previous batch.  Takes
-	 * the next DLOCK_PURGE_BATCH rows in name order whose lease ended
-	 * before the cutoff, skipping rows an open transaction has locked, and
-	 * deletes them; returns how many it deleted, the batch's last name
-	 * (NULL when there was nothing left), and the names and tokens of the
-	 * rows it deleted (NULL when none; for lease events).
+	 * the next DLOCK_PURGE_BATCH rows in name order whose lease ended before
+	 * the cutoff, skipping rows an open transaction has locked, and deletes
+	 * them; returns how many it deleted, the batch's last name (NULL when
+	 * there was nothing left), and the names and tokens of the rows it
+	 * deleted (NULL when none; for lease events).
 	 */
 	{
 		"WITH victims AS ("
@@ -119,6 +120,7 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" FROM gone g",
 		2, {TIMESTAMPTZOID, TEXTOID}, false
 	},
+
 	/*
 	 * STMT_MARK_LOCK: $1 the fenced tables' owner, $2 the name: its mark,
 	 * locked FOR NO KEY UPDATE until the transaction ends (mark.c gives the
@@ -148,6 +150,7 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" RETURNING m.token",
 		4, {REGROLEOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, true
 	},
+
 	/*
 	 * STMT_MARK_PURGE: $1 the cutoff.  Deletes the marks last raised before
 	 * it, skipping those a writer has locked; returns how many.

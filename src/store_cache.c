@@ -258,9 +258,9 @@ DlockStoreCacheMakeCurrent(Oid fn_oid)
 
 
 	/*
-	 * Opening the table locks it and so may have processed an invalidation
-	 * of it (say, a concurrent owner change): then what was read above may
-	 * be stale, so serve this call but rebuild on the next.
+	 * Opening the table locks it and so may have processed an invalidation of
+	 * it (say, a concurrent owner change): then what was read above may be
+	 * stale, so serve this call but rebuild on the next.
 	 */
 	store_cache.valid = (store_cache.inval_count == inval_start);
 }

@@ -42,6 +42,7 @@ typedef bool (*StoreOp) (void *arg);
 extern bool DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate);
 extern uint64 DlockStoreExec(DlockStmt id, Datum *values, int expected);
 extern Datum DlockStoreResultDatum(int col, bool *isnull);
+
 /* store_cache.c: where the extension lives */
 extern void DlockStoreCacheMakeCurrent(Oid fn_oid);
 extern Oid	DlockStoreCacheSchema(void);

@@ -434,7 +434,7 @@ DlockStoreBreak(Oid fn_oid, text *lock_name, TimestampTz now, int64 *token,
 	c.token = 0;
 	c.now = now;
 	c.expires = 0;
-	c.caller = InvalidOid;	/* EXECUTE on dlock_break is the permission */
+	c.caller = InvalidOid;		/* EXECUTE on dlock_break is the permission */
 	if (!DlockStoreRun(fn_oid, change_op, &c, false))
 		return false;
 	*token = c.found_token;
@@ -552,4 +552,3 @@ DlockStoreTokenInit(Oid fn_oid)
 {
 	(void) DlockStoreRun(fn_oid, token_init_op, NULL, false);
 }
-

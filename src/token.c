@@ -59,7 +59,7 @@ static struct
 	Oid			seqrelid;		/* for this token sequence */
 	TimeLineID	tli;
 	bool		boot_done;		/* the boot jump covers this database */
-} token_state;
+}			token_state;
 
 /*
  * token_locktag fills tag with the token lock of the current database.
@@ -260,8 +260,8 @@ token_jump_locked(Oid seqrelid, Oid originrelid, int64 identity)
 	if (origin != identity)
 	{
 		/*
-		 * Another issuer (or an unknown one: the register was never set,
-		 * as after an update from 1.0) may have gone further.
+		 * Another issuer (or an unknown one: the register was never set, as
+		 * after an update from 1.0) may have gone further.
 		 */
 		token_jump(seqrelid);
 		seq_set_durably(originrelid, identity);

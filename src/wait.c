@@ -45,7 +45,7 @@
 #include "dlock.h"
 #include "wait_int.h"
 
-bool DlockWaitSlotTaken = false;
+bool		DlockWaitSlotTaken = false;
 static bool exit_callback_registered = false;
 
 /*
@@ -64,7 +64,7 @@ bool
 DlockWaitSameName(text *a, text *b)
 {
 	return DlockWaitSameBytes(VARDATA_ANY(a), VARSIZE_ANY_EXHDR(a),
-					  VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
+							  VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
 }
 
 /*
@@ -424,13 +424,13 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 				if (!DlockWaitSameName(info->lock_name, queued))
 				{
 					/*
-					 * Another name of the set refused it: wait in that
-					 * name's queue, letting this one's next waiter go.  The
-					 * name may have been released since the attempt, before
-					 * this slot counted in its bucket, so attempt again
-					 * (when at the head) before sleeping; a second move in
-					 * a row polls instead, so that names changing hands
-					 * quickly cannot keep it busy.
+					 * Another name of the set refused it: wait in that name's
+					 * queue, letting this one's next waiter go.  The name may
+					 * have been released since the attempt, before this slot
+					 * counted in its bucket, so attempt again (when at the
+					 * head) before sleeping; a second move in a row polls
+					 * instead, so that names changing hands quickly cannot
+					 * keep it busy.
 					 */
 					DlockWaitQueueLeave(true);
 					queue_join(info, deadline);
@@ -440,7 +440,7 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 						continue;
 					}
 					wake_at = Min(wake_at, DlockWaitNextPoll(GetCurrentTimestamp(), 0,
-													 &backoff_ms));
+															 &backoff_ms));
 				}
 				else
 					moved = false;
@@ -455,9 +455,9 @@ wait_queued(TimestampTz deadline, DlockAttemptFn attempt, void *arg,
 	{
 		/*
 		 * A waiter that got the lease leaves the next one asleep: its own
-		 * transaction's end wakes it (DlockWakeAtXactEnd), when the new
-		 * lease is visible.  Waking it now would only make it find the
-		 * grant uncommitted and poll.
+		 * transaction's end wakes it (DlockWakeAtXactEnd), when the new lease
+		 * is visible.  Waking it now would only make it find the grant
+		 * uncommitted and poll.
 		 */
 		DlockWaitQueueLeave(!granted);
 	}
@@ -601,7 +601,7 @@ dlock_waiters_read(PG_FUNCTION_ARGS)
 				if (!copy[j].any && copy[j].hash == w->hash &&
 					copy[j].ticket < w->ticket &&
 					DlockWaitSameBytes(copy[j].name, copy[j].namelen,
-							   w->name, w->namelen))
+									   w->name, w->namelen))
 					position++;
 			values[8] = Int32GetDatum(position);
 		}

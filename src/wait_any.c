@@ -362,9 +362,9 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 	DlockWaitBegins(info);
 
 	/*
-	 * Publish the set: sorted distinct hashes, then the changed bits.
-	 * Nothing between the allocation and the join below can raise (the
-	 * allocation maps what it allocates), so the set cannot leak.
+	 * Publish the set: sorted distinct hashes, then the changed bits. Nothing
+	 * between the allocation and the join below can raise (the allocation
+	 * maps what it allocates), so the set cannot leak.
 	 */
 	any_index(&aw);
 	nwords = (aw.m + 31) / 32;
@@ -422,7 +422,7 @@ DlockWaitAcquireAny(const uint64 *hashes, int n, TimestampTz deadline,
 			if (GetCurrentTimestamp() >= deadline)
 				break;
 			DlockWaitSleepUntil(aw.next_timed != 0 ? Min(aw.next_timed, deadline) :
-						deadline);
+								deadline);
 		}
 	}
 	PG_FINALLY();

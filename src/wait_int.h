@@ -76,8 +76,8 @@ extern bool DlockWaitSlotTaken;
 extern bool DlockWaitSameBytes(const char *a, int alen, const char *b,
 							   int blen);
 extern bool DlockWaitSameName(text *a, text *b);
-extern int DlockWaitFindU64(const uint64 *arr, int n, uint64 key);
-extern int DlockWaitCmpInt(const void *a, const void *b);
+extern int	DlockWaitFindU64(const uint64 *arr, int n, uint64 key);
+extern int	DlockWaitCmpInt(const void *a, const void *b);
 extern void DlockWaitSlotDescribe(DlockWaiter *me, const DlockWaitInfo *info,
 								  TimestampTz deadline);
 extern void DlockWaitQueueLeave(bool wake_next);

@@ -43,7 +43,8 @@ static int *match_pos = NULL;
 static int	nmatch_pos = 0;
 static int	match_pos_cap = 0;
 static uint64 matched_below = 0;	/* slots the pass saw had lower tickets */
-static bool wake_active = false;	/* DlockWaitXactEnd has work: set at first use */
+static bool wake_active = false;	/* DlockWaitXactEnd has work: set at first
+									 * use */
 static int *wake_list = NULL;
 
 /*
@@ -122,7 +123,7 @@ pending_find(uint64 hash, const char *name, int namelen)
 
 	for (lo = pending_first(hash); lo < npending && pending[lo].hash == hash; lo++)
 		if (DlockWaitSameBytes(VARDATA_ANY(pending[lo].name),
-					   VARSIZE_ANY_EXHDR(pending[lo].name), name, namelen))
+							   VARSIZE_ANY_EXHDR(pending[lo].name), name, namelen))
 			return lo;
 	return -1;
 }
@@ -214,7 +215,7 @@ wake_match_any(void)
 			for (j = 0; j < npending; j++)
 			{
 				int			pos = DlockWaitFindU64(hashes, w->any_nhashes,
-										   pending[j].hash);
+												   pending[j].hash);
 
 				if (pos >= 0 && (nmatch_pos == first ||
 								 match_pos[nmatch_pos - 1] != pos))
