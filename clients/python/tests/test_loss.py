@@ -12,6 +12,7 @@ import pytest
 import dlock
 import dlock.aio
 from helpers import lease_row
+from pgcluster import wait_for
 
 
 def test_renew_false_loses_the_lease(cluster):
@@ -22,6 +23,7 @@ def test_renew_false_loses_the_lease(cluster):
             with lease:
                 assert cluster.one("SELECT dlock_break('loss-broken')") is True
                 assert lease.lost.wait(3), "a renew returning false did not lose the lease"
+                wait_for(lambda: lost, 2, "the on_lost callback")  # runs after lost is set
                 assert lost[0].reason == "renewed-false"
         assert info.value.reason == "renewed-false"
         assert lease.confirmed is False

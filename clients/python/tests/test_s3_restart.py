@@ -68,6 +68,7 @@ def test_s3_restart_and_outage(restarting):
                 c.stop("fast")
                 stopped = time.monotonic()
                 assert lease.lost.wait(5), "the lease was not reported lost"
+                wait_for(lambda: lost_at, 2, "the on_lost callback")  # runs after lost is set
                 when, err = lost_at[0]
                 assert err.reason == "deadline"
                 assert when >= lease.deadline, "reported lost before its deadline"

@@ -15,6 +15,7 @@ import pytest
 import dlock
 import dlock.aio
 from helpers import lease_row, read_event
+from pgcluster import wait_for
 
 
 class BodyError(Exception):
@@ -63,6 +64,8 @@ def check_progress_sync(cluster, children, name: str) -> None:
                 assert 0.55 <= told <= 1.5, told
                 with pytest.raises(dlock.LeaseLost):
                     lease.check()
+                # lost is set before the loss callbacks run (on the renewal thread)
+                wait_for(lambda: lost_calls, 2, "the on_lost callback")
                 assert len(lost_calls) == 1 and lost_calls[0].reason == "no-progress"
         except dlock.LeaseLost as e:
             scope_error = e
