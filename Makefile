@@ -74,7 +74,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter
 
 # The commands that find their server themselves (test/pg-server), or
 # need none.
-DLOCK_COMMANDS = test test-all pg-config demo bench install-script deb dist format format-check
+DLOCK_COMMANDS = test test-all pg-config demo bench install-script deb dist format format-check test-stress
 
 # Debian's PostgreSQL 15 unless told otherwise (PG_CONFIG=..., or PG=...
 # for a server of test/pg-server); fall back to PATH.
@@ -92,7 +92,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
 # The README's commands (test and demo, and bench).  They install what they
 # need first, so they must work before PostgreSQL's development files are there.
-.PHONY: test test-all pg-config demo bench deb dist format format-check
+.PHONY: test test-all pg-config demo bench deb dist format format-check test-stress
 test:
 	@DLOCK_PG=$(or $(PG),15) test/run-tests
 
