@@ -52,25 +52,6 @@
 #include "lease_table_int.h"
 
 /*
- * slot_has_name reports whether column att_name of the version in slot (a
- * lease row or a mark) is lock_name.
- */
-static bool
-slot_has_name(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
-{
-	bool		isnull;
-	Datum		d = slot_getattr(slot, att_name, &isnull);
-	text	   *name;
-
-	if (isnull)
-		return false;
-	name = DatumGetTextPP(d);
-	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
-		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
-			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
-}
-
-/*
  * lease_slot_has_name reports whether the version in slot is the row of
  * lock_name (the recheck an executor does on a row version it followed an
  * update to; dlock never changes a row's lock_name).
@@ -79,7 +60,7 @@ static inline bool
 lease_slot_has_name(const DlockLeaseTable *table, TupleTableSlot *slot,
 					text *lock_name)
 {
-	return slot_has_name(slot, table->att_lock_name, lock_name);
+	return DlockSlotHasName(slot, table->att_lock_name, lock_name);
 }
 
 /*

@@ -92,6 +92,25 @@ lease_column(TupleDesc desc, const char *attname, Oid typid)
 }
 
 /*
+ * DlockSlotHasName reports whether column att_name of the version in slot
+ * (a lease row, or a mark: mark.c uses it too) is lock_name.
+ */
+bool
+DlockSlotHasName(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att_name, &isnull);
+	text	   *name;
+
+	if (isnull)
+		return false;
+	name = DatumGetTextPP(d);
+	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
+		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
+			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
+}
+
+/*
  * DlockLeaseTableDescribe fills in where the columns of the lease table
  * rel are (table->relid and table->owner are the caller's), looking each
  * up by name.  Raises unless every column dlock uses is there, with its

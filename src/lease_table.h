@@ -19,6 +19,7 @@
 
 #include "access/attnum.h"
 #include "datatype/timestamp.h"
+#include "executor/tuptable.h"
 #include "utils/relcache.h"
 
 #include "dlock.h"
@@ -93,6 +94,8 @@ typedef struct DlockLeaseChangeOp
 } DlockLeaseChangeOp;
 
 extern void DlockLeaseTableDescribe(DlockLeaseTable *table, Relation rel);
+extern bool DlockSlotHasName(TupleTableSlot *slot, AttrNumber att_name,
+							 text *lock_name);
 extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  Oid seqrelid, text *lock_name,
 									  text *owner, Oid holder,

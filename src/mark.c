@@ -70,25 +70,6 @@ typedef enum MarkLockResult
 } MarkLockResult;
 
 /*
- * mark_slot_has_name reports whether column att_name of the version in
- * slot is lock_name.
- */
-static bool
-mark_slot_has_name(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)
-{
-	bool		isnull;
-	Datum		d = slot_getattr(slot, att_name, &isnull);
-	text	   *name;
-
-	if (isnull)
-		return false;
-	name = DatumGetTextPP(d);
-	return VARSIZE_ANY_EXHDR(name) == VARSIZE_ANY_EXHDR(lock_name) &&
-		memcmp(VARDATA_ANY(name), VARDATA_ANY(lock_name),
-			   VARSIZE_ANY_EXHDR(lock_name)) == 0;
-}
-
-/*
  * mark_lock is the common case of mode 'seen' without SPI:
  * it looks the mark of (owner, lock_name) up in the mark table relid
  * (whose primary key is on columns att_owner, a regrole, and att_name,
@@ -162,7 +143,7 @@ mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
 
 			/* the newest version is still the mark of (owner, lock_name) */
 			if (!isnull && DatumGetObjectId(d) == owner &&
-				mark_slot_has_name(slot, att_name, lock_name))
+				DlockSlotHasName(slot, att_name, lock_name))
 			{
 				d = slot_getattr(slot, att_token, &isnull);
 				Assert(!isnull);
