@@ -317,6 +317,55 @@ SELECT dlock_fence();
 -- nothing was written by any misuse
 SELECT count(*) AS misuse_rows FROM misuse;
 
+--
+-- one check per lock in a statement: a row whose lock and token already
+-- passed in the statement is not checked again, but every row's own
+-- history still is, and another lock or token is checked afresh
+--
+CREATE TABLE grouped (id int PRIMARY KEY, grp int, fence_token bigint);
+CREATE TRIGGER grouped_fence BEFORE INSERT OR UPDATE OR DELETE ON grouped
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('grp:{grp}', 'fence_token');
+SELECT dlock_acquire('grp:1', '1 min') AS g1 \gset
+SELECT dlock_acquire('grp:2', '1 min') AS g2 \gset
+INSERT INTO grouped SELECT i, 1 + i % 2, CASE i % 2 WHEN 0 THEN :g1 ELSE :g2 END
+  FROM generate_series(1, 200) i;
+UPDATE grouped SET fence_token = :g1 WHERE grp = 1;
+SELECT grp, count(*), min(fence_token) = max(fence_token) AS one_token
+  FROM grouped GROUP BY grp ORDER BY grp;
+-- one stale token among the rows of one lock: rejected, nothing written
+UPDATE grouped SET fence_token = CASE id WHEN 150 THEN :g1 - 1 ELSE :g1 END WHERE grp = 1;
+\echo :LAST_ERROR_SQLSTATE
+-- the same token for rows of another lock: rejected when that lock is reached
+UPDATE grouped SET fence_token = :g1;
+\echo :LAST_ERROR_SQLSTATE
+-- a row carrying a higher token of its own (set while the trigger did not
+-- fire) is rejected although earlier rows passed with the same token
+SET session_replication_role = replica;
+UPDATE grouped SET fence_token = :g1 + 1000 WHERE id = 180;
+RESET session_replication_role;
+UPDATE grouped SET fence_token = :g1 WHERE grp = 1;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FILTER (WHERE fence_token = :g1 + 1000) AS kept_higher FROM grouped;
+-- the lease taken over between two statements: the next statement checks
+-- again, and its first row is rejected
+SELECT dlock_break('grp:2') AS broken;
+SELECT dlock_acquire('grp:2', '1 min') > :g2 AS taken_over;
+UPDATE grouped SET fence_token = :g2 WHERE grp = 2;
+\echo :LAST_ERROR_SQLSTATE
+-- a DELETE of many rows checks the token its transaction checked, once
+BEGIN;
+SELECT dlock_check('grp:1', :g1) = :g1 AS checked;
+DELETE FROM grouped WHERE grp = 1 AND id <> 180;
+SELECT count(*) AS grp_1_left FROM grouped WHERE grp = 1;
+ROLLBACK;
+BEGIN;
+SELECT dlock_check('grp:1', :g1) = :g1 AS checked;
+DELETE FROM grouped WHERE grp = 1;
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT grp, count(*) FROM grouped GROUP BY grp ORDER BY grp;
+DROP TABLE grouped;
+
 DROP TABLE accounts, ledger, journal, tenant_accounts, singleton, domained, orders, misuse;
 DROP DOMAIN fence_t;
 DROP EXTENSION dlock;

@@ -235,6 +235,35 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 }
 
 /*
+ * fence_verify_row is fence_verify for a row of the trigger's statement,
+ * in the mode of config: a row whose lock and token are those that last
+ * passed in this statement (and subtransaction) is not checked again, so
+ * that a statement writing many rows under one lock pays for one check
+ * (design.md §17, "One check per lock in a statement"); the row's own
+ * history is still checked by the caller for every row.
+ */
+static void
+fence_verify_row(FenceConfig *config, Oid fn_oid, Relation rel,
+				 text *lock_name, int64 token)
+{
+	int			len = VARSIZE_ANY(lock_name);
+
+	if (config->passed_valid && config->passed_token == token &&
+		config->passed_subxact == GetCurrentSubTransactionId() &&
+		config->passed_name.len == len &&
+		memcmp(config->passed_name.data, lock_name, len) == 0)
+		return;
+	config->passed_valid = false;
+	fence_verify(fn_oid, RelationGetRelationName(rel), lock_name, token,
+				 config->mode, rel->rd_rel->relowner, NULL);
+	resetStringInfo(&config->passed_name);
+	appendBinaryStringInfo(&config->passed_name, (const char *) lock_name, len);
+	config->passed_token = token;
+	config->passed_subxact = GetCurrentSubTransactionId();
+	config->passed_valid = true;
+}
+
+/*
  * fence_checked_token returns the token this transaction's dlock_check
  * recorded for lock_name, for a DELETE or TRUNCATE (what names the
  * statement) or, when moved_to is not NULL, for an UPDATE that moves a row
@@ -364,8 +393,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 			fence_reject(config->mode, relname, lock_name,
 						 "Lock \"%s\": the row carries token " INT64_FORMAT ", higher than token " INT64_FORMAT " the transaction checked.",
 						 text_to_cstring(lock_name), oldtoken, token);
-		fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
-					 config->mode, rel->rd_rel->relowner, NULL);
+		fence_verify_row(config, fcinfo->flinfo->fn_oid, rel, lock_name, token);
 		fence_count(config->mode, true);
 		return PointerGetDatum(oldtuple);
 	}
@@ -436,8 +464,7 @@ dlock_fence(PG_FUNCTION_ARGS)
 					 "Lock \"%s\": the row carries no token (column \"%s\" is null).",
 					 text_to_cstring(lock_name), config->token_attname);
 
-	fence_verify(fcinfo->flinfo->fn_oid, relname, lock_name, token,
-				 config->mode, rel->rd_rel->relowner, NULL);
+	fence_verify_row(config, fcinfo->flinfo->fn_oid, rel, lock_name, token);
 
 	/*
 	 * The row's own history never goes backwards under its lock, whatever the

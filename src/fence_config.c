@@ -201,6 +201,8 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
 	initStringInfo(&config->name);
 	initStringInfo(&config->old_name);
+	initStringInfo(&config->passed_name);
+	config->passed_valid = false;
 
 	/* a statement has no row to take a column's value from */
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)

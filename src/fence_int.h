@@ -41,6 +41,17 @@ typedef struct FenceConfig
 	DlockFenceMode mode;
 	StringInfoData name;		/* the current row's lock name, as a text */
 	StringInfoData old_name;	/* an UPDATE's old row's lock name */
+
+	/*
+	 * The lock name and token that last passed the fence in this statement,
+	 * in subtransaction passed_subxact: a later row with the same lock and
+	 * token is not checked again (design.md §17, "One check per lock in a
+	 * statement").
+	 */
+	bool		passed_valid;
+	int64		passed_token;
+	SubTransactionId passed_subxact;
+	StringInfoData passed_name; /* the name, as a text */
 } FenceConfig;
 
 
