@@ -410,8 +410,14 @@ dlock_fence(PG_FUNCTION_ARGS)
 	{
 		oldtoken = fence_token_column(config, rel, trigdata->tg_trigtuple,
 									  &oldnull);
-		/* a template without columns names one lock for every row */
-		if (config->has_columns)
+
+		/*
+		 * A template without columns names one lock for every row, and so do
+		 * unchanged template columns.
+		 */
+		if (config->has_columns &&
+			!DlockFenceSameColumns(config, trigdata, trigdata->tg_trigtuple,
+								   newtuple))
 		{
 			old_lock = DlockFenceLockName(config, trigdata, trigdata->tg_trigtuple,
 										  &config->old_name);

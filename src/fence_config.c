@@ -24,6 +24,7 @@
 #include "miscadmin.h"
 #include "tcop/utility.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
@@ -214,6 +215,41 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	MemoryContextSwitchTo(oldcxt);
 	fcinfo->flinfo->fn_extra = config;
 	return config;
+}
+
+/*
+ * DlockFenceSameColumns reports whether the template's columns hold the
+ * same bytes in tuples a and b (none of them NULL): then both rows have the
+ * same lock name, and an UPDATE need not build the old row's.  False when
+ * it cannot tell (a NULL, a value stored differently): the caller builds
+ * both names and compares them.
+ */
+bool
+DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
+					  HeapTuple a, HeapTuple b)
+{
+	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	int			i;
+
+	for (i = 0; i < config->nsegments; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		Form_pg_attribute att;
+		bool		anull;
+		bool		bnull;
+		Datum		av;
+		Datum		bv;
+
+		if (seg->literal != NULL)
+			continue;
+		att = TupleDescAttr(tupdesc, seg->attnum - 1);
+		av = heap_getattr(a, seg->attnum, tupdesc, &anull);
+		bv = heap_getattr(b, seg->attnum, tupdesc, &bnull);
+		if (anull || bnull ||
+			!datumIsEqual(av, bv, att->attbyval, att->attlen))
+			return false;
+	}
+	return true;
 }
 
 /*

@@ -59,6 +59,8 @@ typedef struct FenceConfig
 extern bool DlockFenceParseMode(const char *name, DlockFenceMode *mode);
 extern FenceConfig *DlockFenceGetConfig(FunctionCallInfo fcinfo,
 										TriggerData *trigdata);
+extern bool DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
+								  HeapTuple a, HeapTuple b);
 extern text *DlockFenceLockName(FenceConfig *config, TriggerData *trigdata,
 								HeapTuple tuple, StringInfo buf);
 
