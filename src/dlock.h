@@ -271,6 +271,7 @@ extern bool DlockMarkCheck(Oid fn_oid, text *lock_name, Oid table_owner,
 extern int	DlockMarkOwners(Oid fn_oid, text *lock_name, Oid roleid,
 							Oid **owners);
 extern int64 DlockMarkPurge(Oid fn_oid, TimestampTz cutoff);
+extern uint64 DlockMarkChanges(void);
 
 /* ---- src/checked.c: what a transaction checked, in the fence's modes ---- */
 typedef enum DlockFenceMode

@@ -40,6 +40,7 @@
 #include "utils/timestamp.h"
 #include "compat.h"
 #include "dlock.h"
+#include "fence_cache.h"
 #include "fence_int.h"
 
 /*
@@ -235,12 +236,25 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 }
 
 /*
+ * fence_changes returns a number that moves whenever this backend changes a
+ * lease's token or a mark (it counts both).
+ */
+static uint64
+fence_changes(void)
+{
+	return DlockFenceCacheChanges() + DlockMarkChanges();
+}
+
+/*
  * fence_verify_row is fence_verify for a row of the trigger's statement,
- * in the mode of config: a row whose lock and token are those that last
- * passed in this statement (and subtransaction) is not checked again, so
- * that a statement writing many rows under one lock pays for one check
- * (design.md §17, "One check per lock in a statement"); the row's own
- * history is still checked by the caller for every row.
+ * in the mode of config.  In modes 'latest' and 'seen', a row whose lock
+ * and token are those that last passed in this statement (in the same
+ * subtransaction, with no change of a token or mark by this backend since)
+ * is not checked again, so that a statement writing many rows under one
+ * lock pays for one check (design.md §17, "One check per lock in a
+ * statement"); the row's own history is still checked by the caller for
+ * every row.  Mode 'live' checks every row: its lease must still be live
+ * (a break or release is not held off by its lock).
  */
 static void
 fence_verify_row(FenceConfig *config, Oid fn_oid, Relation rel,
@@ -248,18 +262,23 @@ fence_verify_row(FenceConfig *config, Oid fn_oid, Relation rel,
 {
 	int			len = VARSIZE_ANY(lock_name);
 
-	if (config->passed_valid && config->passed_token == token &&
+	if (config->mode != DLOCK_FENCE_LIVE && config->passed_valid &&
+		config->passed_token == token &&
 		config->passed_subxact == GetCurrentSubTransactionId() &&
+		config->passed_changes == fence_changes() &&
 		config->passed_name.len == len &&
 		memcmp(config->passed_name.data, lock_name, len) == 0)
 		return;
 	config->passed_valid = false;
 	fence_verify(fn_oid, RelationGetRelationName(rel), lock_name, token,
 				 config->mode, rel->rd_rel->relowner, NULL);
+	if (config->mode == DLOCK_FENCE_LIVE)
+		return;
 	resetStringInfo(&config->passed_name);
 	appendBinaryStringInfo(&config->passed_name, (const char *) lock_name, len);
 	config->passed_token = token;
 	config->passed_subxact = GetCurrentSubTransactionId();
+	config->passed_changes = fence_changes();
 	config->passed_valid = true;
 }
 

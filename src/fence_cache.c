@@ -123,6 +123,9 @@ static int	pending[FENCE_MAX_PENDING];
 static int	npending = 0;
 static bool pending_all = false;
 
+/* Changes this backend opened, ever (DlockFenceCacheChanges). */
+static uint64 fence_changes = 0;
+
 /*
  * fence_nbuckets returns the number of buckets dlock.fence_cache_size asks
  * for.
@@ -387,6 +390,7 @@ DlockFenceCacheOpen(text *lock_name)
 	uint32		tag;
 	int			i;
 
+	fence_changes++;
 	if (fence_shared == NULL || pending_all)
 		return;					/* the global count covers every bucket */
 	Assert(IsTransactionState());
@@ -413,11 +417,24 @@ DlockFenceCacheOpen(text *lock_name)
 void
 DlockFenceCacheOpenAll(void)
 {
+	fence_changes++;
 	if (fence_shared == NULL || pending_all)
 		return;
 	Assert(IsTransactionState());
 	pending_all = true;
 	(void) pg_atomic_fetch_add_u32(&fence_shared->open_all, 1);
+}
+
+/*
+ * DlockFenceCacheChanges returns how many changes of lease tokens or rows
+ * this backend has opened so far (with the cache or without it): a value
+ * that moves whenever the backend itself changed a token, for the fence's
+ * one check per lock in a statement (fence.c).
+ */
+uint64
+DlockFenceCacheChanges(void)
+{
+	return fence_changes;
 }
 
 /*

@@ -52,4 +52,7 @@ extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
 extern void DlockFenceCacheOpen(text *lock_name);
 extern void DlockFenceCacheOpenAll(void);
 
+/* whether this backend changed a token since (fence.c) */
+extern uint64 DlockFenceCacheChanges(void);
+
 #endif							/* DLOCK_FENCE_CACHE_H */

@@ -43,14 +43,18 @@ typedef struct FenceConfig
 	StringInfoData old_name;	/* an UPDATE's old row's lock name */
 
 	/*
-	 * The lock name and token that last passed the fence in this statement,
-	 * in subtransaction passed_subxact: a later row with the same lock and
-	 * token is not checked again (design.md §17, "One check per lock in a
-	 * statement").
+	 * The lock name and token that last passed the fence in this statement
+	 * (mode 'latest' or 'seen'), in subtransaction passed_subxact, when this
+	 * backend's own changes of tokens and marks numbered passed_changes: a
+	 * later row with the same lock and token is not checked again while those
+	 * are the same (design.md §17, "One check per lock in a statement").
+	 * Valid only because fn_extra lives for one statement, which never spans
+	 * the end of a transaction.
 	 */
 	bool		passed_valid;
 	int64		passed_token;
 	SubTransactionId passed_subxact;
+	uint64		passed_changes;
 	StringInfoData passed_name; /* the name, as a text */
 } FenceConfig;
 

@@ -62,6 +62,9 @@ typedef struct MarkCheckOp
 	int64		mark;			/* out: the mark when rejected */
 } MarkCheckOp;
 
+/* Marks this backend raised, made or purged, ever (DlockMarkChanges). */
+static uint64 mark_changes = 0;
+
 /* What mark_lock did. */
 typedef enum MarkLockResult
 {
@@ -212,13 +215,17 @@ mark_check_op(void *arg)
 				m->mark = mark;
 				return false;
 			}
-			if (m->token > mark &&
-				DlockStoreExec(STMT_MARK_RAISE, values, SPI_OK_UPDATE) != 1)
-				elog(ERROR, "dlock: the locked mark of \"%s\" was not raised",
-					 text_to_cstring(m->lock_name));
+			if (m->token > mark)
+			{
+				mark_changes++;
+				if (DlockStoreExec(STMT_MARK_RAISE, values, SPI_OK_UPDATE) != 1)
+					elog(ERROR, "dlock: the locked mark of \"%s\" was not raised",
+						 text_to_cstring(m->lock_name));
+			}
 			m->accepted = true;
 			return true;
 		}
+		mark_changes++;
 		if (DlockStoreExec(STMT_MARK_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
 		{
 			m->accepted = true;
@@ -299,10 +306,22 @@ DlockMarkPurge(Oid fn_oid, TimestampTz cutoff)
 {
 	MarkPurgeOp p;
 
+	mark_changes++;
 	p.cutoff = cutoff;
 	p.deleted = 0;
 	DlockStoreRun(fn_oid, mark_purge_op, &p, true);
 	return p.deleted;
+}
+
+/*
+ * DlockMarkChanges returns how many marks this backend has raised, made or
+ * purged so far: a value that moves whenever the backend itself moved a
+ * mark, for the fence's one check per lock in a statement (fence.c).
+ */
+uint64
+DlockMarkChanges(void)
+{
+	return mark_changes;
 }
 
 /* A dlock_fence trigger in mode 'seen' of this database. */
