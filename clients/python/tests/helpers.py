@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from typing import Any, Dict, Optional
+
+# How long a test waits for a child to get somewhere before it gives up: a
+# bound for a broken run, never a claim about timing (PostgreSQL's TAP tests
+# use the same variable and default).  A loaded machine can stall a child or
+# its server's WAL flush for seconds; a test that asserts a time says so
+# with its own figures.
+WAIT = float(os.environ.get("PG_TEST_TIMEOUT_DEFAULT", "180"))
 
 
 def read_event(proc: subprocess.Popen, timeout: float, want: Optional[str] = None) -> Dict[str, Any]:

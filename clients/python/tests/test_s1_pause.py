@@ -12,7 +12,7 @@ import os
 import signal
 
 import dlock
-from helpers import lease_row, read_event
+from helpers import WAIT, lease_row, read_event
 from pgcluster import wait_for
 
 
@@ -23,8 +23,8 @@ def check_pause(cluster, children, name: str, mutation: str = "none") -> None:
         CREATE TRIGGER {table}_fence BEFORE INSERT OR UPDATE ON {table}
           FOR EACH ROW EXECUTE FUNCTION dlock_fence('{name}', 'fence_token')""")
     child = children.spawn("child_pause.py", cluster.conninfo, name, table, mutation)
-    old = read_event(child, 20, "acquired")["token"]
-    assert read_event(child, 10, "wrote")["rows"] == 3
+    old = read_event(child, WAIT, "acquired")["token"]
+    assert read_event(child, WAIT, "wrote")["rows"] == 3
     os.kill(child.pid, signal.SIGSTOP)
     try:
         # The stopped child renews nothing: its lease expires, and we take it over.
@@ -42,16 +42,16 @@ def check_pause(cluster, children, name: str, mutation: str = "none") -> None:
     assert child.stdin is not None
     child.stdin.write("go\n")
     child.stdin.flush()
-    resumed = read_event(child, 10, "resumed")
+    resumed = read_event(child, WAIT, "resumed")
     assert resumed["lost"] is True, f"the resumed child was not told first that its lease is lost: {resumed}"
     assert resumed["reason"] == "deadline"
-    check = read_event(child, 10, "check")
+    check = read_event(child, WAIT, "check")
     assert check == {"event": "check", "error": "LeaseLost", "reason": "deadline"}
-    write = read_event(child, 10, "write")
+    write = read_event(child, WAIT, "write")
     assert write["error"] == "StaleToken", write
     assert "do not retry" in write["message"]
-    assert read_event(child, 10, "fenced")["error"] == "LeaseLost"
-    scope = read_event(child, 10, "scope")
+    assert read_event(child, WAIT, "fenced")["error"] == "LeaseLost"
+    scope = read_event(child, WAIT, "scope")
     assert scope == {"event": "scope", "error": "LeaseLost", "reason": "deadline"}
     assert child.wait(10) == 0
     rows = cluster.sql(f"SELECT writer, fence_token FROM {table} ORDER BY id")
@@ -73,8 +73,8 @@ def check_pause_async(cluster, children, name: str, mutation: str = "none") -> N
         CREATE TRIGGER {table}_fence BEFORE INSERT OR UPDATE ON {table}
           FOR EACH ROW EXECUTE FUNCTION dlock_fence('{name}', 'fence_token')""")
     child = children.spawn("child_pause_async.py", cluster.conninfo, name, table, mutation)
-    old = read_event(child, 20, "acquired")["token"]
-    assert read_event(child, 10, "wrote")["rows"] == 3
+    old = read_event(child, WAIT, "acquired")["token"]
+    assert read_event(child, WAIT, "wrote")["rows"] == 3
     os.kill(child.pid, signal.SIGSTOP)
     try:
         wait_for(lambda: lease_row(cluster, name)[1] is False, 15, "the stopped child's lease to expire")
@@ -88,11 +88,11 @@ def check_pause_async(cluster, children, name: str, mutation: str = "none") -> N
     assert child.stdin is not None
     child.stdin.write("go\n")
     child.stdin.flush()
-    body = read_event(child, 10, "body")
+    body = read_event(child, WAIT, "body")
     assert body["cancelled"] is True, f"the resumed body was not cancelled before it read anything: {body}"
     assert body["lost"] is True and body["reason"] == "deadline", body
-    assert read_event(child, 10, "scope") == {"event": "scope", "error": "LeaseLost", "reason": "deadline"}
-    assert read_event(child, 10, "write")["error"] == "StaleToken"
+    assert read_event(child, WAIT, "scope") == {"event": "scope", "error": "LeaseLost", "reason": "deadline"}
+    assert read_event(child, WAIT, "write")["error"] == "StaleToken"
     assert child.wait(10) == 0
     rows = cluster.sql(f"SELECT writer, fence_token FROM {table} ORDER BY id")
     assert rows == [("old", old)] * 3 + [("new", new)] * 2

@@ -12,7 +12,7 @@ import threading
 
 import dlock
 import dlock.aio
-from helpers import read_event
+from helpers import WAIT, read_event
 from pgcluster import wait_for
 
 NAME = "s5-election"
@@ -60,9 +60,9 @@ def test_s5_election(cluster, children):
         assert modes == {"events": "events", "polling": "polling"}
 
         a = children.spawn("child_candidate.py", cluster.conninfo, NAME, "cand-A", "1.5")
-        ta = read_event(a, 15, "leader")["token"]
+        ta = read_event(a, WAIT, "leader")["token"]
         b = children.spawn("child_candidate.py", cluster.conninfo, NAME, "cand-B", "1.5")
-        read_event(b, 15, "campaigning")
+        read_event(b, WAIT, "campaigning")
         wait_for(lambda: cluster.one("SELECT count(*) FROM dlock_waiters WHERE lock_name = %s", (NAME,)) == 1,
                  15, "the second candidate to wait")
         wait_for(lambda: len(seen["events"]) >= 1 and len(seen["polling"]) >= 1, 10, "both observers see A")
@@ -72,7 +72,7 @@ def test_s5_election(cluster, children):
                              "previous_token": ta})
         cluster.sql("SELECT pg_notify('dlock', %s)", (forged,))
         os.kill(a.pid, signal.SIGKILL)
-        lead_b = read_event(b, 15, "leader")
+        lead_b = read_event(b, WAIT, "leader")
         tb = lead_b["token"]
         assert tb > ta
         want = [dlock.Leader("cand-A", ta), dlock.Leader("cand-B", tb)]

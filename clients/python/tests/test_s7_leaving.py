@@ -14,7 +14,7 @@ import pytest
 
 import dlock
 import dlock.aio
-from helpers import lease_row, read_event
+from helpers import WAIT, lease_row, read_event
 from pgcluster import wait_for
 
 
@@ -74,7 +74,7 @@ def check_progress_sync(cluster, children, name: str) -> None:
         # Not released: the lease ends at its server expiry, and another process takes it over.
         assert lease_row(cluster, name)[2] is False
         child = children.spawn("child_acquire.py", cluster.conninfo, name, "2", "10")
-        ev = read_event(child, 15)
+        ev = read_event(child, WAIT)
         assert ev["event"] == "acquired" and ev["token"] > lease.token
 
 
@@ -141,7 +141,7 @@ def check_progress_async(cluster, children, name: str) -> None:
     token = asyncio.run(main())
     assert lease_row(cluster, name)[2] is False
     child = children.spawn("child_acquire.py", cluster.conninfo, name, "2", "10")
-    ev = read_event(child, 15)
+    ev = read_event(child, WAIT)
     assert ev["event"] == "acquired" and ev["token"] > token
 
 
