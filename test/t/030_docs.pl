@@ -40,19 +40,9 @@ use File::Basename qw(dirname);
 use File::Find;
 use File::Spec;
 use Test::More;
+use DlockFiles;
 
 my $top = abs_path(dirname(abs_path($0)) . '/../..');
-
-# slurp($path) returns the bytes of $path.
-sub slurp
-{
-	my ($path) = @_;
-	open(my $fh, '<:raw', $path) or die "$path: $!";
-	local $/;
-	my $text = <$fh>;
-	close $fh;
-	return $text;
-}
 
 # without_code($markdown) returns $markdown with fenced code blocks and
 # code spans blanked out (newlines kept, so line numbers stay right).

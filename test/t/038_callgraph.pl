@@ -33,21 +33,11 @@ use Cwd qw(abs_path);
 use File::Basename qw(basename dirname);
 use File::Find;
 use Test::More;
+use DlockFiles;
 
 my $top = abs_path(dirname(abs_path($0)) . '/../..');
 my $src = $ENV{DLOCK_CALLGRAPH_SRC} // "$top/src";
 my $max_lines = 700;
-
-# slurp($path) returns the text of $path.
-sub slurp
-{
-	my ($path) = @_;
-	open(my $fh, '<', $path) or die "$path: $!";
-	local $/;
-	my $text = <$fh>;
-	close $fh;
-	return $text;
-}
 
 my @c_files = sort glob("$src/*.c");
 my @h_files = sort glob("$src/*.h");

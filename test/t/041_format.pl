@@ -31,6 +31,7 @@ use File::Copy qw(copy);
 use File::Path qw(make_path);
 use File::Temp qw(tempdir);
 use Test::More;
+use DlockFiles;
 
 my $top = abs_path(dirname(abs_path($0)) . '/../..');
 
@@ -49,16 +50,6 @@ sub run
 	my $out = <$fh> // '';
 	close $fh;
 	return ($? >> 8, $out);
-}
-
-sub slurp
-{
-	my ($path) = @_;
-	open(my $fh, '<:raw', $path) or die "$path: $!";
-	local $/;
-	my $text = <$fh>;
-	close $fh;
-	return $text;
 }
 
 sub spew

@@ -1,6 +1,6 @@
 #!/usr/bin/perl
 #
-# test/t/042_store_cache.pl
+# test/t/014_store_cache.pl
 #	  The store's per-backend cache of where the extension lives
 #	  (src/store_cache.c, design.md §4): a session that has already used
 #	  dlock sees relations another session adds to, or removes from, the
