@@ -128,18 +128,40 @@ UPDATE ledger SET amount = 12, fence_token = :l1 WHERE id = 1;
 UPDATE ledger SET amount = 12, fence_token = :l1b WHERE id = 1;
 SELECT * FROM ledger ORDER BY id;
 SELECT * FROM journal ORDER BY id;
--- in live mode the write locks the lease row FOR KEY SHARE until the
--- transaction ends (takeover is blocked meanwhile; specs/race-fence-*.spec
+-- in live mode the write takes dlock's name lock in the lock manager
+-- (pg_locks: advisory, ShareLock, objsubid -12020) until the transaction
+-- ends and locks no row (takeover is blocked meanwhile; specs/race-fence-*.spec
 -- show the interleavings); latest mode locks nothing
 CREATE EXTENSION pgrowlocks;
+CREATE VIEW my_name_locks AS
+  SELECT mode, granted FROM pg_locks
+   WHERE locktype = 'advisory' AND objsubid = -12020
+     AND pid = pg_backend_pid();
 BEGIN;
 UPDATE journal SET amount = 13, fence_token = :l1b WHERE id = 1;
 SELECT count(*) AS locked_by_latest FROM pgrowlocks('dlock_lease');
+SELECT count(*) AS name_locks_by_latest FROM my_name_locks;
 UPDATE ledger SET amount = 13 WHERE id = 1;
-SELECT l.lock_name, r.modes FROM pgrowlocks('dlock_lease') r
-  JOIN dlock_lease l ON l.ctid = r.locked_row;
+SELECT * FROM my_name_locks;
+SELECT count(*) AS rows_locked_by_live FROM pgrowlocks('dlock_lease');
 COMMIT;
 SELECT count(*) AS locked_after_commit FROM pgrowlocks('dlock_lease');
+SELECT count(*) AS name_locks_after_commit FROM my_name_locks;
+-- a 'live' check writes nothing: the transaction gets no transaction id
+BEGIN;
+SELECT dlock_check('ledger:1', :l1b, 'live') = :l1b AS checked_live;
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid,
+       (SELECT count(*) FROM my_name_locks) AS name_locks;
+COMMIT;
+-- a SERIALIZABLE transaction locks the lease row FOR KEY SHARE instead (its
+-- 40001 on a concurrent takeover: specs/race-snapshot.spec)
+BEGIN ISOLATION LEVEL SERIALIZABLE;
+UPDATE ledger SET amount = 14 WHERE id = 1;
+SELECT l.lock_name, r.modes FROM pgrowlocks('dlock_lease') r
+  JOIN dlock_lease l ON l.ctid = r.locked_row;
+SELECT count(*) AS name_locks_serializable FROM my_name_locks;
+COMMIT;
+DROP VIEW my_name_locks;
 DROP EXTENSION pgrowlocks;
 
 --
@@ -369,3 +391,37 @@ DROP TABLE grouped;
 DROP TABLE accounts, ledger, journal, tenant_accounts, singleton, domained, orders, misuse;
 DROP DOMAIN fence_t;
 DROP EXTENSION dlock;
+
+--
+-- the budget of 'live' name locks
+--
+CREATE EXTENSION pgrowlocks;
+CREATE VIEW my_name_locks AS
+  SELECT mode, granted FROM pg_locks
+   WHERE locktype = 'advisory' AND objsubid = -12020
+     AND pid = pg_backend_pid();
+-- a transaction takes at most max_locks_per_transaction / 2 name locks in
+-- 'live' mode (the lock manager's shared table is for every session); past
+-- that it locks lease rows, and a name it holds already costs nothing
+SELECT count(dlock_acquire('budget:' || i, '1 min')) AS budget_leases
+  FROM generate_series(1, 40) i;
+BEGIN;
+SELECT count(dlock_check(l.lock_name, l.token, 'live')) AS checked
+  FROM (SELECT lock_name, token FROM dlock_lease
+         WHERE lock_name LIKE 'budget:%' ORDER BY lock_name) l;
+SELECT count(*) = current_setting('max_locks_per_transaction')::int / 2
+       AS name_locks_at_budget
+  FROM my_name_locks;
+SELECT count(*) = 40 - current_setting('max_locks_per_transaction')::int / 2
+       AS rows_locked_past_budget
+  FROM pgrowlocks('dlock_lease');
+SELECT count(dlock_check(lock_name, token, 'live')) AS checked_again
+  FROM dlock_lease WHERE lock_name LIKE 'budget:%';
+SELECT count(*) = 40 - current_setting('max_locks_per_transaction')::int / 2
+       AS no_new_row_locks
+  FROM pgrowlocks('dlock_lease');
+COMMIT;
+SELECT count(dlock_release(lock_name, token)) AS released
+  FROM dlock_lease WHERE lock_name LIKE 'budget:%';
+DROP VIEW my_name_locks;
+DROP EXTENSION pgrowlocks;

@@ -151,6 +151,19 @@ DlockNotifierWaitEvent(void)
 #endif
 
 /*
+ * LockAcquireExtended, waiting, returning LOCKACQUIRE_NOT_AVAIL instead of
+ * raising 53200 when the shared lock table has no room; PostgreSQL 18
+ * added whether a failure to lock without waiting is logged.
+ */
+#if PG_VERSION_NUM >= 180000
+#define DlockLockAcquireNoMemoryError(tag, mode) \
+	LockAcquireExtended((tag), (mode), false, false, false, NULL, false)
+#else
+#define DlockLockAcquireNoMemoryError(tag, mode) \
+	LockAcquireExtended((tag), (mode), false, false, false, NULL)
+#endif
+
+/*
  * table_tuple_update reports whether the new version needs index entries:
  * a bool before PG16, a TU_UpdateIndexes after.
  */

@@ -24,6 +24,7 @@
 #include "datatype/timestamp.h"
 #include "fmgr.h"
 #include "port/atomics.h"
+#include "storage/lock.h"
 #include "storage/lwlock.h"
 #include "storage/spin.h"
 #include "utils/dsa.h"
@@ -75,6 +76,15 @@ extern void DlockXactInit(void);
 
 /* ---- src/name_hash.c: the keyed hash of a lock name ---- */
 extern uint64 DlockNameHash(text *lock_name);
+
+/* ---- src/name_lock.c: the name lock in the lock manager ---- */
+extern void DlockNameLockTag(LOCKTAG *tag, text *lock_name);
+extern bool DlockNameLockTryGrant(LOCKTAG *tag, text *lock_name);
+extern void DlockNameLockUndoGrant(const LOCKTAG *tag);
+extern bool DlockNameLockLive(LOCKTAG *tag, text *lock_name);
+extern void DlockNameLockUndoLive(const LOCKTAG *tag);
+extern bool DlockNameLockBusy(text *lock_name);
+extern void DlockNameLockXactEnd(XactEvent event);
 
 /* ---- src/async_commit.c: a transaction that only released leases ---- */
 extern void DlockAsyncReleaseInit(void);

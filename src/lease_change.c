@@ -108,6 +108,7 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		LeaseRow	row;
 		TM_FailureData tmfd;
 		TM_Result	res;
+		LOCKTAG		tag;
 
 		if (!DlockLeaseRead(&la, snapshot, lock_name, &row))
 		{
@@ -130,13 +131,28 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 			break;
 		}
 
-		/* FOR UPDATE: conflicts with every row lock, FOR KEY SHARE included */
+		/* an open 'live' write of the name holds its name lock */
+		if (!DlockNameLockTryGrant(&tag, lock_name))
+		{
+			UnregisterSnapshot(snapshot);
+			*held_until = 0;
+			result = DLOCK_TAKE_HELD;
+			break;
+		}
+
+		/*
+		 * FOR UPDATE: conflicts with every row lock, FOR KEY SHARE (a 'live'
+		 * write past its transaction's budget of name locks) included
+		 */
 		res = table_tuple_lock(la.rel, &row.tid, snapshot, la.slot,
 							   GetCurrentCommandId(true), LockTupleExclusive,
 							   LockWaitSkip, 0, &tmfd);
+		if (res != TM_Ok)
+			DlockNameLockUndoGrant(&tag);
 		if (res == TM_WouldBlock)
 		{
 			UnregisterSnapshot(snapshot);
+			*held_until = 0;
 			result = DLOCK_TAKE_HELD;	/* an open transaction is changing it */
 			break;
 		}
@@ -227,16 +243,17 @@ DlockLeaseFindHeld(const DlockLeaseTable *table, text **names, int n,
 	for (i = 0; i < n; i++)
 	{
 		LeaseRow	row;
+		bool		has_row = DlockLeaseRead(&la, snapshot, names[i], &row);
 
-		if (!DlockLeaseRead(&la, snapshot, names[i], &row))
-			continue;
-		if (DlockLeaseRowLive(&row, now))
+		if (has_row && DlockLeaseRowLive(&row, now))
 		{
 			*held_until = row.f.expires_at;
 			found = i;
 			break;
 		}
-		if (DlockLeaseRowBusy(&row))
+		/* a locked row, or an open 'live' write, grant or first insert */
+		if ((has_row && DlockLeaseRowBusy(&row)) ||
+			DlockNameLockBusy(names[i]))
 		{
 			*held_until = 0;
 			found = i;

@@ -3,15 +3,19 @@
  * src/lease_fence.c
  *	  The fence's direct access to the lease table: the 'latest' fence's
  *	  read (DlockLeaseFenceRead, answered by the fence cache when it can)
- *	  and the 'live' fence's lock (DlockLeaseFenceLock), which run as the
- *	  caller (design.md §14, §17).
+ *	  and the 'live' fence's read under a lock (DlockLeaseFenceLock), which
+ *	  run as the caller (design.md §14, §17).
  *
  * Concurrency: the 'latest' read takes AccessShareLock on the table and
- * its index and no row lock, with a fresh snapshot; the 'live' lock takes
- * RowShareLock (index AccessShareLock) and locks the row FOR KEY SHARE,
+ * its index and no row lock, with a fresh snapshot.  The 'live' check
+ * takes dlock's name lock in ShareLock, waiting for a grant of the name
+ * in progress, and reads with a snapshot taken after it (AccessShareLock);
+ * in a SERIALIZABLE transaction, and past a transaction's budget of name
+ * locks (name_lock.c), it locks the row FOR KEY SHARE instead (RowShareLock),
  * waiting, following a concurrently changed row to its newest version as
- * READ COMMITTED does (a SERIALIZABLE transaction gets 40001).  Both keep
- * their relation locks until the transaction ends.
+ * READ COMMITTED does (a SERIALIZABLE transaction gets 40001).  All keep
+ * their locks until the transaction ends, except a 'live' check's lock
+ * when its write will not pass.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -156,7 +160,7 @@ lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
 }
 
 /*
- * DlockLeaseFenceLock reads the lease of lock_name into *lease for the
+ * lease_fence_row_lock reads the lease of lock_name into *lease for the
  * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
  * as SELECT ... FOR KEY SHARE would, without SPI: the version visible to a
  * fresh snapshot, found through the root of its HOT chain that the fence
@@ -187,9 +191,9 @@ lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
  * token that is not current does.  The lookup evaluates no user-defined
  * function.
  */
-void
-DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
-					DlockFenceLease *lease)
+static void
+lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
+					 int64 token, DlockFenceLease *lease)
 {
 	Relation	rel;
 	Relation	idx = NULL;
@@ -297,4 +301,109 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 	if (idx != NULL)
 		index_close(idx, NoLock);
 	table_close(rel, NoLock);
+}
+
+/*
+ * lease_fence_name_lock reads the lease of lock_name into *lease for the
+ * 'live' fence under the name lock that DlockNameLockLive took (tag): the
+ * version visible to a snapshot taken after the lock, found through the
+ * fence cache's root hint or the primary key (then offered to the cache).
+ * No grant of the name can be in progress or come while the lock is held
+ * (every grant takes it in ExclusiveLock, which waited for the grants
+ * before and is refused after), so that version's token stays current
+ * until the transaction ends.  The holder-role rule is applied as in
+ * lease_fence_row_lock.  When the write will not pass (no row, another
+ * token, denied, released or expired), the lock is released again, so
+ * that a stale or foreign writer keeps nobody from a takeover.  Takes
+ * AccessShareLock on the table (before the cache lookup: it keeps VACUUM
+ * from truncating the table under the hint) and, when it reads it, on
+ * its index, kept until the transaction ends.
+ */
+static void
+lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
+					  int64 token, const LOCKTAG *tag, DlockFenceLease *lease)
+{
+	Relation	rel;
+	Relation	idx = NULL;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		cached_token;
+	bool		hinted;
+	bool		seen;
+
+	Assert(!IsolationIsSerializable());
+	rel = table_open(table->relid, AccessShareLock);
+	hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
+	/* taken after the name lock, and after the ticket (fence_cache.c) */
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	lease->found = false;
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	seen = hinted &&
+		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
+	if (!seen)
+	{
+		idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+		seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
+		if (seen && !hinted)
+			DlockFenceCacheFill(&ticket, lock_name,
+								DatumGetInt64(DlockLeaseField(slot, table->att_token)),
+								&root);
+	}
+	if (seen)
+	{
+		lease->found = true;
+		lease_fence_fields(table, slot, lease);
+		if (lease->token == token)
+		{
+			Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
+
+			if (!DlockMayActFor(GetOuterUserId(), holder))
+			{
+				lease->denied = true;
+				lease->holder = holder;
+			}
+		}
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
+	if (idx != NULL)
+		index_close(idx, NoLock);
+	table_close(rel, NoLock);
+
+	/* fence.c rejects all of these; its clock reads later than this one */
+	if (!lease->found || lease->token != token || lease->denied ||
+		lease->released || lease->expires_at <= GetCurrentTimestamp())
+		DlockNameLockUndoLive(tag);
+}
+
+/*
+ * DlockLeaseFenceLock reads the lease of lock_name into *lease for the
+ * 'live' fence of a write carrying token, and keeps a grant of the name
+ * from any other transaction until this one ends when the write passes:
+ * with the name lock in the lock manager (name_lock.c,
+ * lease_fence_name_lock), or with a row lock on the lease row
+ * (lease_fence_row_lock) in a SERIALIZABLE transaction (whose rules, 40001
+ * on a concurrent change and SSI's predicate locks, the row lock keeps)
+ * and past the transaction's budget of name locks.  Every grant honours
+ * both (DlockLeaseTake, store_ops.c).  When token is current but the
+ * session's role may not act for the lease's holder role, it sets
+ * lease->denied (the fence raises 42501) and keeps nothing.
+ */
+void
+DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
+					DlockFenceLease *lease)
+{
+	LOCKTAG		tag;
+
+	Assert(OidIsValid(table->relid) && table->att_token > 0);
+	if (!IsolationIsSerializable() && DlockNameLockLive(&tag, lock_name))
+		lease_fence_name_lock(table, lock_name, token, &tag, lease);
+	else
+		lease_fence_row_lock(table, lock_name, token, lease);
 }

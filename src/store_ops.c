@@ -38,22 +38,6 @@
 #include "lease_table.h"
 #include "store_int.h"
 
-/* field4 of dlock's advisory lock tags; the SQL advisory functions use 1 and 2 */
-#define DLOCK_LOCKTAG_CLASS		0xD10C
-
-/*
- * name_locktag fills tag with dlock's advisory lock for lock_name in the
- * current database.
- */
-static void
-name_locktag(LOCKTAG *tag, text *lock_name)
-{
-	uint64		h = DlockNameHash(lock_name);
-
-	SET_LOCKTAG_ADVISORY(*tag, MyDatabaseId, (uint32) (h >> 32), (uint32) h,
-						 DLOCK_LOCKTAG_CLASS);
-}
-
 /* Arguments and results of one acquire attempt. */
 typedef struct AcquireOp
 {
@@ -108,11 +92,9 @@ acquire_op(void *arg)
 				break;
 		}
 
-		name_locktag(&tag, a->lock_name);
-		if (LockAcquire(&tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
-			return false;		/* another session is creating the name */
+		if (!DlockNameLockTryGrant(&tag, a->lock_name))
+			return false;		/* being created, or purged under a 'live' write */
 
-		Assert(DlockLockHeldByMe(&tag, ExclusiveLock));
 		/* the name's first row appears: the fence cache must not answer */
 		DlockFenceCacheOpen(a->lock_name);
 		if (DlockStoreExec(STMT_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
@@ -126,7 +108,7 @@ acquire_op(void *arg)
 			DlockTokenMakeDurable(DlockStoreTokenSeq());
 			return true;
 		}
-		LockRelease(&tag, ExclusiveLock, false);
+		DlockNameLockUndoGrant(&tag);
 	}
 	return false;
 }

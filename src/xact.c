@@ -29,6 +29,9 @@
  *      into the notifier's queue in shared memory; after the end, the log
  *      lines and the notifier's wake-up.
  *   5. checked.c (DlockCheckedXactEnd): the record of checks is dropped.
+ *   6. name_lock.c (DlockNameLockXactEnd): after the end, the budget of
+ *      'live' name locks starts again (the lock manager releases the
+ *      locks after every callback).
  *
  * This is the order in which the five modules' own callbacks ran when
  * each registered its own (checked.c, events.c, async_commit.c and
@@ -63,6 +66,7 @@ dlock_xact_callback(XactEvent event, void *arg)
 	DlockAsyncReleaseXactEnd(event);
 	DlockEventsXactEnd(event);
 	DlockCheckedXactEnd(event);
+	DlockNameLockXactEnd(event);
 }
 
 /*
