@@ -25,8 +25,8 @@
  *
  * Concurrency: none; the record is private to the backend.  A 'seen'
  * check records whose marks (by owner of the fenced tables, mark.c) its
- * transaction holds locked at its token (mark_owners): row locks taken by
- * a subtransaction are released when it aborts, at the same moment as its
+ * transaction holds locked at its token (mark_owners): row and name locks
+ * taken by a subtransaction are released when it aborts, at the same moment as its
  * entries are forgotten, and otherwise held until the top-level
  * transaction ends.
  *

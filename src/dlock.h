@@ -287,7 +287,8 @@ extern uint64 DlockMarkChanges(void);
 typedef enum DlockFenceMode
 {
 	DLOCK_FENCE_LATEST,			/* the token is the lease's current token */
-	DLOCK_FENCE_LIVE,			/* ... and the lease is live, row locked */
+	DLOCK_FENCE_LIVE,			/* ... and the lease is live, kept from a
+								 * takeover */
 	DLOCK_FENCE_SEEN			/* no token lower than the highest seen here */
 } DlockFenceMode;
 

@@ -15,9 +15,11 @@
  *
  * Concurrency: in 'latest' mode the protected row's own row lock orders
  * the accepted writes of one row, and the lease row is read with a fresh
- * snapshot and no lock; in 'live' mode the lease row is locked FOR KEY
- * SHARE until the writer's transaction ends, which a takeover's FOR UPDATE
- * conflicts with; TRUNCATE's ACCESS EXCLUSIVE lock comes before its check.
+ * snapshot and no lock; in 'live' mode the check holds dlock's name lock
+ * (name_lock.c) until the writer's transaction ends, which every grant of
+ * the name conflicts with (or, past the budget and under SERIALIZABLE, the
+ * lease row FOR KEY SHARE, which a takeover's FOR UPDATE conflicts with);
+ * TRUNCATE's ACCESS EXCLUSIVE lock comes before its check.
  * Why accepted tokens on a row never go backwards: design.md §17.
  *
  * Copyright (c) 2026, the dlock authors
@@ -538,7 +540,12 @@ dlock_check(PG_FUNCTION_ARGS)
 					 "Lock \"%s\": no token was given (the token is null).",
 					 text_to_cstring(lock_name));
 	token = PG_GETARG_INT64(1);
-	/* 'live' and 'seen' lock a row: say so, not the statement's name */
+
+	/*
+	 * 'live' holds a lease from a takeover and 'seen' locks a mark, which a
+	 * standby must not pretend to do (the lock manager would let it take the
+	 * name lock): say so, not the statement's name
+	 */
 	if (checked.mode != DLOCK_FENCE_LATEST && XactReadOnly)
 		PreventCommandIfReadOnly(checked.mode == DLOCK_FENCE_LIVE ?
 								 "dlock_check() in mode 'live'" :

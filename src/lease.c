@@ -416,7 +416,7 @@ acquire_attempt(void *arg, TimestampTz *held_until)
  * returns bigint: a new fencing token when it granted the lease, NULL when
  * a live lease (or an open transaction changing it) held the name for the
  * whole of wait.  Waits in wait.c (queued and woken with preload, polling
- * without); never waits on a row lock.  Raises 22004/22023 on bad
+ * without); never waits on a row lock or the name lock.  Raises 22004/22023 on bad
  * arguments, 25006 on a standby, 57014 when cancelled while waiting.
  */
 Datum

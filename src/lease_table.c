@@ -25,8 +25,10 @@
  * ends.  A takeover locks the version it checked FOR UPDATE without
  * waiting (a lock it cannot have means "held"); renew, release and break
  * update in place, may wait for a concurrent change of the row and decide
- * again on its newest version (FOR NO KEY UPDATE); the 'live' fence locks
- * FOR KEY SHARE, waiting (40001 under SERIALIZABLE).  A call that changes
+ * again on its newest version (FOR NO KEY UPDATE); the 'live' fence holds
+ * dlock's name lock (name_lock.c), which a takeover takes without waiting
+ * before its row lock, or past its budget and under SERIALIZABLE locks the
+ * row FOR KEY SHARE, waiting (40001 under SERIALIZABLE).  A call that changes
  * nothing keeps no lock.  A takeover opens the name's fence cache bucket
  * before it writes (design.md §12).
  *

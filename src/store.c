@@ -36,10 +36,11 @@
  *
  * Concurrency: acquire never waits for another transaction; renew,
  * release and break may wait for one that changed or locked the same row;
- * a call that changes nothing keeps no row lock.  A name's first row is
- * created under dlock's name lock (a transaction-scoped advisory lock in
- * its own class, taken without waiting: it cannot deadlock), then the
- * index insertion.  Every change of a token or of a row's existence opens
+ * a call that changes nothing keeps no row lock.  Every grant (a takeover,
+ * a name's first row) takes dlock's name lock (name_lock.c: a
+ * transaction-scoped advisory lock in its own class) in ExclusiveLock
+ * without waiting, which a 'live' fence holds in ShareLock until its
+ * transaction ends; a first row's index insertion comes after it.  Every change of a token or of a row's existence opens
  * the name's fence cache bucket first.  The whole protocol: design.md
  * §14, "The store's locking protocol".
  *
@@ -479,12 +480,12 @@ DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 /*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
- * lock_row (the 'live' fence, for a write carrying token) it also locks
- * the row FOR KEY SHARE until the transaction ends, waiting for a
- * concurrent transaction that holds a conflicting lock on it and following
- * the row to its newest version, unless token is current and the caller
- * may not act for the lease's holder role (then it locks nothing and sets
- * lease->denied: DlockLeaseFenceLock); without, it reads the row without a
+ * lock_row (the 'live' fence, for a write carrying token) it also keeps
+ * the name from being granted until the transaction ends when the write
+ * will pass: the name lock, or the row FOR KEY SHARE (DlockLeaseFenceLock),
+ * waiting for a grant in progress, unless token is current and the caller
+ * may not act for the lease's holder role (then it keeps nothing and sets
+ * lease->denied); without, it reads the row without a
  * lock, from the fence cache when it can (DlockLeaseFenceRead; then only
  * found and token are set).  Both run as the caller, without SPI once the
  * cache is current.

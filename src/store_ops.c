@@ -8,11 +8,10 @@
  *	  of store.c.
  *
  * Concurrency: the locking protocol is in store.c's header (the name lock
- * that creating a name's first row takes, the 'live' fence's row lock,
- * tokens) and lease_table.c's (the row locks of the direct operations).
- * This file takes dlock's name lock (a transaction-scoped advisory lock in
- * class DLOCK_LOCKTAG_CLASS, without waiting) before it inserts a name's
- * first row, and nothing else of its own.  Before inserting a name's first
+ * that every grant takes and a 'live' fence holds, tokens) and
+ * lease_table.c's (the row locks of the direct operations).  This file
+ * takes dlock's name lock (name_lock.c, ExclusiveLock without waiting)
+ * before it inserts a name's first row, and nothing else of its own.  Before inserting a name's first
  * row, and before a purge deletes rows, it opens the fence cache
  * (fence_cache.c: DlockFenceCacheOpen, DlockFenceCacheOpenAll), which
  * stays open until the transaction ends; a takeover opens it in
@@ -93,7 +92,8 @@ acquire_op(void *arg)
 		}
 
 		if (!DlockNameLockTryGrant(&tag, a->lock_name))
-			return false;		/* being created, or purged under a 'live' write */
+			return false;		/* being created, or purged under a 'live'
+								 * write */
 
 		/* the name's first row appears: the fence cache must not answer */
 		DlockFenceCacheOpen(a->lock_name);
@@ -214,7 +214,8 @@ find_held_op(void *arg)
  * Otherwise it returns false having kept none of them, sets *refused to
  * the index of the first name that was held and *held_until as
  * DlockStoreTryAcquire does for it: a name whose lease is plainly held
- * (live, or its row locked by another open transaction) is found by a
+ * (live, its row locked by another open transaction, or its name lock
+ * held by one: an open 'live' write or grant) is found by a
  * read before anything is written, so that a set waiting for it does not
  * write at every retry; otherwise the attempt runs in a subtransaction,
  * rolled back at the first name that refuses.
