@@ -388,10 +388,6 @@ ROLLBACK;
 SELECT grp, count(*) FROM grouped GROUP BY grp ORDER BY grp;
 DROP TABLE grouped;
 
-DROP TABLE accounts, ledger, journal, tenant_accounts, singleton, domained, orders, misuse;
-DROP DOMAIN fence_t;
-DROP EXTENSION dlock;
-
 --
 -- the budget of 'live' name locks
 --
@@ -403,25 +399,28 @@ CREATE VIEW my_name_locks AS
 -- a transaction takes at most max_locks_per_transaction / 2 name locks in
 -- 'live' mode (the lock manager's shared table is for every session); past
 -- that it locks lease rows, and a name it holds already costs nothing
-SELECT count(dlock_acquire('budget:' || i, '1 min')) AS budget_leases
-  FROM generate_series(1, 40) i;
+SELECT current_setting('max_locks_per_transaction')::int / 2 AS budget \gset
+SELECT count(dlock_acquire('budget:' || i, '1 min')) = :budget + 8
+       AS budget_leases
+  FROM generate_series(1, :budget + 8) i;
 BEGIN;
-SELECT count(dlock_check(l.lock_name, l.token, 'live')) AS checked
+SELECT count(dlock_check(l.lock_name, l.token, 'live')) = :budget + 8
+       AS checked
   FROM (SELECT lock_name, token FROM dlock_lease
          WHERE lock_name LIKE 'budget:%' ORDER BY lock_name) l;
-SELECT count(*) = current_setting('max_locks_per_transaction')::int / 2
-       AS name_locks_at_budget
-  FROM my_name_locks;
-SELECT count(*) = 40 - current_setting('max_locks_per_transaction')::int / 2
-       AS rows_locked_past_budget
-  FROM pgrowlocks('dlock_lease');
-SELECT count(dlock_check(lock_name, token, 'live')) AS checked_again
+SELECT count(*) = :budget AS name_locks_at_budget FROM my_name_locks;
+SELECT count(*) AS rows_locked_past_budget FROM pgrowlocks('dlock_lease');
+SELECT count(dlock_check(lock_name, token, 'live')) = :budget + 8
+       AS checked_again
   FROM dlock_lease WHERE lock_name LIKE 'budget:%';
-SELECT count(*) = 40 - current_setting('max_locks_per_transaction')::int / 2
-       AS no_new_row_locks
-  FROM pgrowlocks('dlock_lease');
+SELECT count(*) AS rows_locked_still FROM pgrowlocks('dlock_lease');
+SELECT count(*) = :budget AS name_locks_still FROM my_name_locks;
 COMMIT;
-SELECT count(dlock_release(lock_name, token)) AS released
+SELECT count(dlock_release(lock_name, token)) = :budget + 8 AS released
   FROM dlock_lease WHERE lock_name LIKE 'budget:%';
 DROP VIEW my_name_locks;
 DROP EXTENSION pgrowlocks;
+
+DROP TABLE accounts, ledger, journal, tenant_accounts, singleton, domained, orders, misuse;
+DROP DOMAIN fence_t;
+DROP EXTENSION dlock;

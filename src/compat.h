@@ -142,7 +142,7 @@ DlockNotifierWaitEvent(void)
 
 /*
  * LockHeldByMe takes whether a stronger mode counts from PostgreSQL 17 on
- * (dlock's locks are taken in one mode only).
+ * (dlock always asks about the exact mode).
  */
 #if PG_VERSION_NUM >= 170000
 #define DlockLockHeldByMe(tag, mode)	LockHeldByMe((tag), (mode), false)

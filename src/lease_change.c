@@ -142,7 +142,8 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 
 		/*
 		 * FOR UPDATE: conflicts with every row lock, FOR KEY SHARE (a 'live'
-		 * write past its transaction's budget of name locks) included
+		 * write past its transaction's budget of name locks, or in a
+		 * SERIALIZABLE transaction) included
 		 */
 		res = table_tuple_lock(la.rel, &row.tid, snapshot, la.slot,
 							   GetCurrentCommandId(true), LockTupleExclusive,

@@ -312,8 +312,8 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
  * (every grant takes it in ExclusiveLock, which waited for the grants
  * before and is refused after), so that version's token stays current
  * until the transaction ends.  The holder-role rule is applied as in
- * lease_fence_row_lock.  When the write will not pass (no row, another
- * token, denied, released or expired), the lock is released again, so
+ * lease_fence_row_lock.  When the write cannot pass (no row, another
+ * token, denied, released), the lock is released again, so
  * that a stale or foreign writer keeps nobody from a takeover.  Takes
  * AccessShareLock on the table (before the cache lookup: it keeps VACUUM
  * from truncating the table under the hint) and, when it reads it, on
@@ -376,9 +376,12 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 		index_close(idx, NoLock);
 	table_close(rel, NoLock);
 
-	/* fence.c rejects all of these; its clock reads later than this one */
+	/*
+	 * fence.c rejects all of these.  Not an expiry: fence.c judges that on
+	 * its own reading of the clock, and a write it accepts must be locked.
+	 */
 	if (!lease->found || lease->token != token || lease->denied ||
-		lease->released || lease->expires_at <= GetCurrentTimestamp())
+		lease->released)
 		DlockNameLockUndoLive(tag);
 }
 

@@ -48,6 +48,7 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/lock.h"
+#include "utils/resowner.h"
 
 #include "compat.h"
 #include "dlock.h"
@@ -63,6 +64,54 @@ static int	live_locks_taken = 0;
 
 /* A shared lock table without room: use rows until the transaction ends */
 static bool live_table_full = false;
+
+/*
+ * name_lock_acquire takes the name lock (tag) in mode for the current
+ * (sub)transaction, never for a portal: a lock a cursor's fetch took
+ * belongs to the cursor's resource owner, which a later fetch that fails
+ * inside a savepoint hands to that savepoint and releases at its rollback
+ * (AtSubAbort_Portals), while the write the lock protects stays.  Waits
+ * unless dont_wait; with no_memory_error, a full shared lock table returns
+ * LOCKACQUIRE_NOT_AVAIL (only when waiting) instead of raising 53200.
+ */
+static LockAcquireResult
+name_lock_acquire(const LOCKTAG *tag, LOCKMODE mode, bool dont_wait,
+				  bool no_memory_error)
+{
+	ResourceOwner save = CurrentResourceOwner;
+	LockAcquireResult res;
+
+	Assert(!(dont_wait && no_memory_error));
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	PG_TRY();
+	{
+		if (no_memory_error)
+			res = DlockLockAcquireNoMemoryError(tag, mode);
+		else
+			res = LockAcquire(tag, mode, false, dont_wait);
+	}
+	PG_FINALLY();
+	{
+		CurrentResourceOwner = save;
+	}
+	PG_END_TRY();
+	return res;
+}
+
+/*
+ * name_lock_release releases one hold of the name lock in mode that
+ * name_lock_acquire took (a hold of an earlier call of this transaction
+ * stays).
+ */
+static void
+name_lock_release(const LOCKTAG *tag, LOCKMODE mode)
+{
+	ResourceOwner save = CurrentResourceOwner;
+
+	CurrentResourceOwner = CurTransactionResourceOwner;
+	LockRelease(tag, mode, false);
+	CurrentResourceOwner = save;
+}
 
 /*
  * DlockNameLockTag fills tag with dlock's name lock for lock_name in the
@@ -88,7 +137,8 @@ bool
 DlockNameLockTryGrant(LOCKTAG *tag, text *lock_name)
 {
 	DlockNameLockTag(tag, lock_name);
-	if (LockAcquire(tag, ExclusiveLock, false, true) == LOCKACQUIRE_NOT_AVAIL)
+	if (name_lock_acquire(tag, ExclusiveLock, true, false) ==
+		LOCKACQUIRE_NOT_AVAIL)
 		return false;
 	Assert(DlockLockHeldByMe(tag, ExclusiveLock));
 	return true;
@@ -101,7 +151,7 @@ DlockNameLockTryGrant(LOCKTAG *tag, text *lock_name)
 void
 DlockNameLockUndoGrant(const LOCKTAG *tag)
 {
-	LockRelease(tag, ExclusiveLock, false);
+	name_lock_release(tag, ExclusiveLock);
 }
 
 /*
@@ -126,7 +176,7 @@ DlockNameLockLive(LOCKTAG *tag, text *lock_name)
 	if (live_locks_taken >= DLOCK_LIVE_BUDGET &&
 		!DlockLockHeldByMe(tag, ShareLock))
 		return false;
-	res = DlockLockAcquireNoMemoryError(tag, ShareLock);
+	res = name_lock_acquire(tag, ShareLock, false, true);
 	if (res == LOCKACQUIRE_NOT_AVAIL)
 	{
 		/* waiting, so only a full shared table refuses */
@@ -146,7 +196,7 @@ DlockNameLockLive(LOCKTAG *tag, text *lock_name)
 void
 DlockNameLockUndoLive(const LOCKTAG *tag)
 {
-	LockRelease(tag, ShareLock, false);
+	name_lock_release(tag, ShareLock);
 	if (!DlockLockHeldByMe(tag, ShareLock) && live_locks_taken > 0)
 		live_locks_taken--;
 }
