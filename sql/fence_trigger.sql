@@ -153,6 +153,20 @@ SELECT dlock_check('ledger:1', :l1b, 'live') = :l1b AS checked_live;
 SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid,
        (SELECT count(*) FROM my_name_locks) AS name_locks;
 COMMIT;
+-- the lock belongs to the transaction, not to the cursor that checked: a
+-- later fetch that fails inside a savepoint does not take it away
+BEGIN;
+DECLARE c CURSOR FOR
+  SELECT dlock_check(v.n, v.t, 'live') = :l1b AS checked
+    FROM (VALUES (1, 'ledger:1', :l1b), (2, 'ledger:1', 0)) v(i, n, t) ORDER BY v.i;
+FETCH 1 FROM c;
+SAVEPOINT s;
+\set VERBOSITY terse
+FETCH 1 FROM c;
+\set VERBOSITY default
+ROLLBACK TO s;
+SELECT * FROM my_name_locks;
+COMMIT;
 -- a SERIALIZABLE transaction locks the lease row FOR KEY SHARE instead (its
 -- 40001 on a concurrent takeover: specs/race-snapshot.spec)
 BEGIN ISOLATION LEVEL SERIALIZABLE;
