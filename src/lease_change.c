@@ -193,6 +193,16 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		row.f.released = false;
 		if (DlockLeaseWrite(&la, snapshot, lock_name, &row) != TM_Ok)
 			elog(ERROR, "dlock lease row changed while locked");
+
+		/*
+		 * The old version's xmax is now this transaction's update, which a
+		 * 'live' check that reads it waits for (lease_fence.c), so the name
+		 * lock has done its part: a set acquire of thousands of names keeps
+		 * no lock-table entry per name.  Unless the table is not a heap,
+		 * whose xmax the check does not read.
+		 */
+		if (DlockLeaseIsHeap(la.rel))
+			DlockNameLockUndoGrant(&tag);
 		UnregisterSnapshot(snapshot);
 		result = DLOCK_TAKE_GRANTED;
 		break;

@@ -304,20 +304,57 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 }
 
 /*
+ * lease_slot_changer returns the transaction, other than this one, that
+ * updated or deleted the version in slot (fetched from the heap, its
+ * buffer pinned) and did not abort: in progress, or committed after the
+ * snapshot that saw the version was taken; InvalidTransactionId when there
+ * is none (a lock-only xmax, such as a 'live' writer's FOR KEY SHARE, is
+ * none).  Reads the header under the buffer's share lock.
+ */
+static TransactionId
+lease_slot_changer(TupleTableSlot *slot)
+{
+	BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
+	HeapTupleHeader htup;
+	TransactionId xid = InvalidTransactionId;
+
+	Assert(TTS_IS_BUFFERTUPLE(slot) && BufferIsValid(bslot->buffer));
+	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+	htup = bslot->base.tuple->t_data;
+	if (!(htup->t_infomask & HEAP_XMAX_INVALID) &&
+		!HEAP_XMAX_IS_LOCKED_ONLY(htup->t_infomask))
+		xid = HeapTupleHeaderGetUpdateXid(htup);
+	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+	if (!TransactionIdIsNormal(xid) ||
+		TransactionIdIsCurrentTransactionId(xid))
+		return InvalidTransactionId;
+	/* in progress first: a transaction that ends meanwhile is then found */
+	if (TransactionIdIsInProgress(xid) || TransactionIdDidCommit(xid))
+		return xid;
+	return InvalidTransactionId;	/* aborted, or gone in a crash */
+}
+
+/*
  * lease_fence_name_lock reads the lease of lock_name into *lease for the
  * 'live' fence under the name lock that DlockNameLockLive took (tag): the
- * version visible to a snapshot taken after the lock, found through the
- * fence cache's root hint or the primary key (then offered to the cache).
- * No grant of the name can be in progress or come while the lock is held
- * (every grant takes it in ExclusiveLock, which waited for the grants
- * before and is refused after), so that version's token stays current
- * until the transaction ends.  The holder-role rule is applied as in
- * lease_fence_row_lock.  When the write cannot pass (no row, another
- * token, denied, released), the lock is released again, so
- * that a stale or foreign writer keeps nobody from a takeover.  Takes
- * AccessShareLock on the table (before the cache lookup: it keeps VACUUM
- * from truncating the table under the hint) and, when it reads it, on
- * its index, kept until the transaction ends.
+ * newest committed version, found through the fence cache's root hint or
+ * the primary key (then offered to the cache) with a snapshot taken after
+ * the lock.  A first row's insert holds the name lock until its
+ * transaction ends, so the lock waited for one in progress and refuses
+ * later ones.  A takeover holds it only until it has written its row (so
+ * that a set acquire of thousands of names keeps no lock-table entry per
+ * name): a takeover that has written and not ended, or ended after the
+ * snapshot, is the version's updater, and so is a renew, release, break or
+ * purge; this waits for it (XactLockTableWait) and reads again with a new
+ * snapshot, until the version it reads has no such updater.  From then on
+ * no grant can commit before this transaction ends: a takeover needs the
+ * name lock, which conflicts, and then locks the row FOR UPDATE.  The
+ * holder-role rule is applied as in lease_fence_row_lock.  When the write
+ * cannot pass (no row, another token, denied, released), the lock is
+ * released again, so that a stale or foreign writer keeps nobody from a
+ * takeover.  Takes AccessShareLock on the table (before the cache lookup:
+ * it keeps VACUUM from truncating the table under the hint) and, when it
+ * reads it, on its index, kept until the transaction ends.
  */
 static void
 lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
@@ -325,53 +362,79 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 {
 	Relation	rel;
 	Relation	idx = NULL;
-	Snapshot	snap;
-	TupleTableSlot *slot;
-	DlockFenceCacheTicket ticket;
-	ItemPointerData root;
-	int64		cached_token;
-	bool		hinted;
-	bool		seen;
+	bool		heap;
 
 	Assert(!IsolationIsSerializable());
 	rel = table_open(table->relid, AccessShareLock);
-	hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
-	/* taken after the name lock, and after the ticket (fence_cache.c) */
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
 
-	lease->found = false;
-	lease->state_read = false;
-	lease->released = false;
-	lease->expires_at = 0;
-	seen = hinted &&
-		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
-	if (!seen)
+	/*
+	 * not a heap (a DBA's doing): takeovers keep the name lock
+	 * (lease_change.c)
+	 */
+	heap = DlockLeaseIsHeap(rel);
+	for (;;)
 	{
-		idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
-		seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
-		if (seen && !hinted)
-			DlockFenceCacheFill(&ticket, lock_name,
-								DatumGetInt64(DlockLeaseField(slot, table->att_token)),
-								&root);
-	}
-	if (seen)
-	{
-		lease->found = true;
-		lease_fence_fields(table, slot, lease);
-		if (lease->token == token)
+		Snapshot	snap;
+		TupleTableSlot *slot;
+		DlockFenceCacheTicket ticket;
+		ItemPointerData root;
+		ItemPointerData tid;
+		int64		cached_token;
+		bool		hinted;
+		bool		seen;
+		TransactionId changer = InvalidTransactionId;
+
+		CHECK_FOR_INTERRUPTS();
+		hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root,
+									&ticket);
+		/* taken after the name lock, and after the ticket (fence_cache.c) */
+		snap = RegisterSnapshot(GetLatestSnapshot());
+		slot = table_slot_create(rel, NULL);
+
+		lease->found = false;
+		lease->state_read = false;
+		lease->released = false;
+		lease->expires_at = 0;
+		lease->denied = false;
+		seen = hinted &&
+			lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
+		if (!seen)
 		{
-			Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
-
-			if (!DlockMayActFor(GetOuterUserId(), holder))
+			if (idx == NULL)
+				idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+			seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
+		}
+		if (seen && heap)
+		{
+			tid = slot->tts_tid;
+			changer = lease_slot_changer(slot);
+		}
+		if (seen && !TransactionIdIsValid(changer))
+		{
+			if (!hinted)
+				DlockFenceCacheFill(&ticket, lock_name,
+									DatumGetInt64(DlockLeaseField(slot, table->att_token)),
+									&root);
+			lease->found = true;
+			lease_fence_fields(table, slot, lease);
+			if (lease->token == token)
 			{
-				lease->denied = true;
-				lease->holder = holder;
+				Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
+
+				if (!DlockMayActFor(GetOuterUserId(), holder))
+				{
+					lease->denied = true;
+					lease->holder = holder;
+				}
 			}
 		}
+		ExecDropSingleTupleTableSlot(slot);
+		UnregisterSnapshot(snap);
+		if (!TransactionIdIsValid(changer))
+			break;
+		/* a change in progress or just committed: its outcome decides */
+		XactLockTableWait(changer, rel, &tid, XLTW_Lock);
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
 	if (idx != NULL)
 		index_close(idx, NoLock);
 	table_close(rel, NoLock);
