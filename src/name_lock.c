@@ -10,8 +10,10 @@
  *   - every grant of a name (a takeover, lease_change.c, and the insert of
  *     its first row, store_ops.c) takes ExclusiveLock, only ever without
  *     waiting (DlockNameLockTryGrant): one it cannot have means "held";
- *     kept until the transaction ends when the grant is made, released
- *     at once otherwise;
+ *     a first row's insert keeps it until the transaction ends, a
+ *     takeover until it has updated the row (then its xmax, which a
+ *     'live' check waits for, does the rest: lease_fence.c), and a call
+ *     that grants nothing releases it at once;
  *   - a 'live' check (lease_fence.c) takes ShareLock, waiting, before it
  *     reads the lease (DlockNameLockLive), and keeps it until the
  *     transaction ends when the write passes, released at once otherwise;
