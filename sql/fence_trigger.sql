@@ -432,6 +432,17 @@ SELECT count(*) = :budget AS name_locks_still FROM my_name_locks;
 COMMIT;
 SELECT count(dlock_release(lock_name, token)) = :budget + 8 AS released
   FROM dlock_lease WHERE lock_name LIKE 'budget:%';
+-- a takeover keeps the name lock only until it has written the row: a set
+-- that takes the ended names over holds no lock-table entry per name
+BEGIN;
+SELECT cardinality(dlock_acquire_all(
+         ARRAY(SELECT lock_name FROM dlock_lease
+                WHERE lock_name LIKE 'budget:%' ORDER BY lock_name),
+         '1 min')) = :budget + 8 AS set_taken_over;
+SELECT count(*) AS name_locks_after_set FROM my_name_locks;
+COMMIT;
+SELECT count(dlock_release(lock_name, token)) = :budget + 8 AS set_released
+  FROM dlock_lease WHERE lock_name LIKE 'budget:%';
 DROP VIEW my_name_locks;
 DROP EXTENSION pgrowlocks;
 
