@@ -13,9 +13,9 @@
 #      it agrees: META.json's version and its extension's, dlock.control's
 #      default_version (the release's first two parts), the file META.json
 #      names (dlock--<default_version>.sql), debian/changelog's newest entry
-#      (<release>-<revision>), CHANGELOG.md's newest section
-#      ("## <release> (YYYY-MM-DD)", with an "Upgrading" paragraph, dated as
-#      debian/changelog's entry), the client libraries' packages, and
+#      (<release>-<revision>), CHANGELOG.md's newest dated section, under
+#      an "## Unreleased" one if there is one ("## <release> (YYYY-MM-DD)",
+#      with an "Upgrading" paragraph, dated as debian/changelog's entry), the client libraries' packages, and
 #      dlock --version (when DLOCK_CLI names the tool).
 #   3. The update scripts chain from 1.0 to default_version (the upgrade
 #      path sql/upgrade.sql takes).
@@ -108,6 +108,8 @@ like($deb_version // '', qr/^\Q$release\E-\d+$/,
 	"debian/changelog: the newest entry is $release-<revision>");
 
 my $changelog = slurp('CHANGELOG.md');
+# changes since the release wait in an "## Unreleased" section on top
+$changelog =~ s/^## Unreleased\n.*?(?=^## )//ms;
 my ($section) = $changelog =~ /^(## .*?)(?=^## |\z)/ms;
 my ($cl_version, $cl_date) =
   ($section // '') =~ /\A## (\S+) \((\d{4}-\d{2}-\d{2})\)\n/;
