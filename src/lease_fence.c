@@ -304,34 +304,80 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 }
 
 /*
- * lease_slot_changer returns the transaction, other than this one, that
- * updated or deleted the version in slot (fetched from the heap, its
- * buffer pinned) and did not abort: in progress, or committed after the
- * snapshot that saw the version was taken; InvalidTransactionId when there
- * is none (a lock-only xmax, such as a 'live' writer's FOR KEY SHARE, is
- * none).  Reads the header under the buffer's share lock.
+ * lease_chain_taker follows the update chain of the lease row from the
+ * version in slot (fetched from the heap with a snapshot, its buffer
+ * pinned) and returns the first transaction in it, not this one and not
+ * aborted (in progress, or committed after the snapshot), that took the
+ * row over or deleted it; InvalidTransactionId when there is none.  A
+ * takeover locks the version it replaces FOR UPDATE before it updates it,
+ * so heap_update keeps that stronger mode and marks the old version's
+ * xmax HEAP_KEYS_UPDATED, as a delete does (compute_new_xmax_infomask;
+ * GetMultiXactIdHintBits for a MultiXact); renew, release and break update
+ * without that lock and change no key, and a lock-only xmax (a 'live'
+ * writer's FOR KEY SHARE) is no change: neither is waited for, as the row
+ * lock waited for neither.  Each version is read under its buffer's share
+ * lock, and the chain ends where the next version's xmin is not the
+ * updater (pruned, or a line pointer reused), as heap_get_latest_tid
+ * ends it.
  */
 static TransactionId
-lease_slot_changer(TupleTableSlot *slot)
+lease_chain_taker(Relation rel, TupleTableSlot *slot)
 {
 	BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
-	HeapTupleHeader htup;
-	TransactionId xid = InvalidTransactionId;
+	ItemPointerData tid = slot->tts_tid;
+	TransactionId prior = InvalidTransactionId;
+	bool		first = true;
 
 	Assert(TTS_IS_BUFFERTUPLE(slot) && BufferIsValid(bslot->buffer));
-	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
-	htup = bslot->base.tuple->t_data;
-	if (!(htup->t_infomask & HEAP_XMAX_INVALID) &&
-		!HEAP_XMAX_IS_LOCKED_ONLY(htup->t_infomask))
-		xid = HeapTupleHeaderGetUpdateXid(htup);
-	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
-	if (!TransactionIdIsNormal(xid) ||
-		TransactionIdIsCurrentTransactionId(xid))
-		return InvalidTransactionId;
-	/* in progress first: a transaction that ends meanwhile is then found */
-	if (TransactionIdIsInProgress(xid) || TransactionIdDidCommit(xid))
-		return xid;
-	return InvalidTransactionId;	/* aborted, or gone in a crash */
+	for (;;)
+	{
+		Buffer		buf;
+		Page		page;
+		OffsetNumber off = ItemPointerGetOffsetNumber(&tid);
+		ItemId		lp;
+		HeapTupleHeader htup;
+		TransactionId xmax = InvalidTransactionId;
+		bool		taken = false;
+		ItemPointerData next;
+
+		buf = first ? bslot->buffer :
+			ReadBuffer(rel, ItemPointerGetBlockNumber(&tid));
+		LockBuffer(buf, BUFFER_LOCK_SHARE);
+		page = BufferGetPage(buf);
+		ItemPointerSetInvalid(&next);
+		if (off >= FirstOffsetNumber && off <= PageGetMaxOffsetNumber(page) &&
+			ItemIdIsNormal(lp = PageGetItemId(page, off)))
+		{
+			htup = (HeapTupleHeader) PageGetItem(page, lp);
+			if ((first ||
+				 TransactionIdEquals(prior, HeapTupleHeaderGetXmin(htup))) &&
+				!(htup->t_infomask & HEAP_XMAX_INVALID) &&
+				!HEAP_XMAX_IS_LOCKED_ONLY(htup->t_infomask))
+			{
+				xmax = HeapTupleHeaderGetUpdateXid(htup);
+				taken = (htup->t_infomask2 & HEAP_KEYS_UPDATED) != 0;
+				next = htup->t_ctid;
+			}
+		}
+		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
+		if (!first)
+			ReleaseBuffer(buf);
+
+		/* no later version, or one this transaction made */
+		if (!TransactionIdIsNormal(xmax) ||
+			TransactionIdIsCurrentTransactionId(xmax))
+			return InvalidTransactionId;
+		/* in progress first: a transaction that ends meanwhile is then found */
+		if (!TransactionIdIsInProgress(xmax) && !TransactionIdDidCommit(xmax))
+			return InvalidTransactionId;	/* aborted: the rest is dead */
+		if (taken)
+			return xmax;
+		if (!ItemPointerIsValid(&next) || ItemPointerEquals(&next, &tid))
+			return InvalidTransactionId;
+		prior = xmax;
+		tid = next;
+		first = false;
+	}
 }
 
 /*
@@ -343,98 +389,81 @@ lease_slot_changer(TupleTableSlot *slot)
  * transaction ends, so the lock waited for one in progress and refuses
  * later ones.  A takeover holds it only until it has written its row (so
  * that a set acquire of thousands of names keeps no lock-table entry per
- * name): a takeover that has written and not ended, or ended after the
- * snapshot, is the version's updater, and so is a renew, release, break or
- * purge; this waits for it (XactLockTableWait) and reads again with a new
- * snapshot, until the version it reads has no such updater.  From then on
- * no grant can commit before this transaction ends: a takeover needs the
- * name lock, which conflicts, and then locks the row FOR UPDATE.  The
- * holder-role rule is applied as in lease_fence_row_lock.  When the write
- * cannot pass (no row, another token, denied, released), the lock is
- * released again, so that a stale or foreign writer keeps nobody from a
- * takeover.  Takes AccessShareLock on the table (before the cache lookup:
- * it keeps VACUUM from truncating the table under the hint) and, when it
- * reads it, on its index, kept until the transaction ends.
+ * name), and then is in the version's update chain (lease_chain_taker), in
+ * progress or committed after the snapshot: this then releases the name
+ * lock and returns that transaction, which the caller waits for before it
+ * tries again; a purge's delete too.  Otherwise it returns
+ * InvalidTransactionId: no grant can commit before this transaction ends
+ * (a takeover needs the name lock, which conflicts, and then locks the row
+ * FOR UPDATE).  The holder-role rule is applied as in
+ * lease_fence_row_lock.  When the write cannot pass (no row, another
+ * token, denied, released), the lock is released again, so that a stale
+ * or foreign writer keeps nobody from a takeover.  Takes AccessShareLock
+ * on the table (before the cache lookup: it keeps VACUUM from truncating
+ * the table under the hint) and, when it reads it, on its index, kept
+ * until the transaction ends.
  */
-static void
+static TransactionId
 lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 					  int64 token, const LOCKTAG *tag, DlockFenceLease *lease)
 {
 	Relation	rel;
 	Relation	idx = NULL;
-	bool		heap;
+	Snapshot	snap;
+	TupleTableSlot *slot;
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		cached_token;
+	bool		hinted;
+	bool		seen;
+	TransactionId taker = InvalidTransactionId;
 
 	Assert(!IsolationIsSerializable());
 	rel = table_open(table->relid, AccessShareLock);
+	hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
+	/* taken after the name lock, and after the ticket (fence_cache.c) */
+	snap = RegisterSnapshot(GetLatestSnapshot());
+	slot = table_slot_create(rel, NULL);
+
+	lease->found = false;
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	seen = hinted &&
+		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
+	if (!seen)
+	{
+		idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+		seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
+	}
 
 	/*
 	 * not a heap (a DBA's doing): takeovers keep the name lock
 	 * (lease_change.c)
 	 */
-	heap = DlockLeaseIsHeap(rel);
-	for (;;)
+	if (seen && DlockLeaseIsHeap(rel))
+		taker = lease_chain_taker(rel, slot);
+	if (seen && !TransactionIdIsValid(taker))
 	{
-		Snapshot	snap;
-		TupleTableSlot *slot;
-		DlockFenceCacheTicket ticket;
-		ItemPointerData root;
-		ItemPointerData tid;
-		int64		cached_token;
-		bool		hinted;
-		bool		seen;
-		TransactionId changer = InvalidTransactionId;
+		if (!hinted)
+			DlockFenceCacheFill(&ticket, lock_name,
+								DatumGetInt64(DlockLeaseField(slot, table->att_token)),
+								&root);
+		lease->found = true;
+		lease_fence_fields(table, slot, lease);
+		if (lease->token == token)
+		{
+			Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
 
-		CHECK_FOR_INTERRUPTS();
-		hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root,
-									&ticket);
-		/* taken after the name lock, and after the ticket (fence_cache.c) */
-		snap = RegisterSnapshot(GetLatestSnapshot());
-		slot = table_slot_create(rel, NULL);
-
-		lease->found = false;
-		lease->state_read = false;
-		lease->released = false;
-		lease->expires_at = 0;
-		lease->denied = false;
-		seen = hinted &&
-			lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
-		if (!seen)
-		{
-			if (idx == NULL)
-				idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
-			seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
-		}
-		if (seen && heap)
-		{
-			tid = slot->tts_tid;
-			changer = lease_slot_changer(slot);
-		}
-		if (seen && !TransactionIdIsValid(changer))
-		{
-			if (!hinted)
-				DlockFenceCacheFill(&ticket, lock_name,
-									DatumGetInt64(DlockLeaseField(slot, table->att_token)),
-									&root);
-			lease->found = true;
-			lease_fence_fields(table, slot, lease);
-			if (lease->token == token)
+			if (!DlockMayActFor(GetOuterUserId(), holder))
 			{
-				Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
-
-				if (!DlockMayActFor(GetOuterUserId(), holder))
-				{
-					lease->denied = true;
-					lease->holder = holder;
-				}
+				lease->denied = true;
+				lease->holder = holder;
 			}
 		}
-		ExecDropSingleTupleTableSlot(slot);
-		UnregisterSnapshot(snap);
-		if (!TransactionIdIsValid(changer))
-			break;
-		/* a change in progress or just committed: its outcome decides */
-		XactLockTableWait(changer, rel, &tid, XLTW_Lock);
 	}
+	ExecDropSingleTupleTableSlot(slot);
+	UnregisterSnapshot(snap);
 	if (idx != NULL)
 		index_close(idx, NoLock);
 	table_close(rel, NoLock);
@@ -442,10 +471,12 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 	/*
 	 * fence.c rejects all of these.  Not an expiry: fence.c judges that on
 	 * its own reading of the clock, and a write it accepts must be locked.
+	 * Nor does a check keep the lock while it waits for a takeover.
 	 */
-	if (!lease->found || lease->token != token || lease->denied ||
-		lease->released)
+	if (TransactionIdIsValid(taker) || !lease->found ||
+		lease->token != token || lease->denied || lease->released)
 		DlockNameLockUndoLive(tag);
+	return taker;
 }
 
 /*
@@ -453,13 +484,14 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
  * 'live' fence of a write carrying token, and keeps a grant of the name
  * from any other transaction until this one ends when the write passes:
  * with the name lock in the lock manager (name_lock.c,
- * lease_fence_name_lock), or with a row lock on the lease row
- * (lease_fence_row_lock) in a SERIALIZABLE transaction (whose rules, 40001
- * on a concurrent change and SSI's predicate locks, the row lock keeps)
- * and past the transaction's budget of name locks.  Every grant honours
- * both (DlockLeaseTake, store_ops.c).  When token is current but the
- * session's role may not act for the lease's holder role, it sets
- * lease->denied (the fence raises 42501) and keeps nothing.
+ * lease_fence_name_lock), waiting for a takeover whose row is written and
+ * trying again, or with a row lock on the lease row (lease_fence_row_lock)
+ * in a SERIALIZABLE transaction (whose rules, 40001 on a concurrent change
+ * and SSI's predicate locks, the row lock keeps) and past the
+ * transaction's budget of name locks.  Every grant honours both
+ * (DlockLeaseTake, store_ops.c).  When token is current but the session's
+ * role may not act for the lease's holder role, it sets lease->denied (the
+ * fence raises 42501) and keeps nothing.
  */
 void
 DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
@@ -468,8 +500,19 @@ DlockLeaseFenceLock(const DlockLeaseTable *table, text *lock_name, int64 token,
 	LOCKTAG		tag;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
-	if (!IsolationIsSerializable() && DlockNameLockLive(&tag, lock_name))
-		lease_fence_name_lock(table, lock_name, token, &tag, lease);
-	else
-		lease_fence_row_lock(table, lock_name, token, lease);
+	for (;;)
+	{
+		TransactionId taker;
+
+		if (IsolationIsSerializable() || !DlockNameLockLive(&tag, lock_name))
+		{
+			lease_fence_row_lock(table, lock_name, token, lease);
+			return;
+		}
+		taker = lease_fence_name_lock(table, lock_name, token, &tag, lease);
+		if (!TransactionIdIsValid(taker))
+			return;
+		/* a takeover in progress, or just committed: its outcome decides */
+		XactLockTableWait(taker, NULL, NULL, XLTW_None);
+	}
 }

@@ -11,9 +11,9 @@
  *     its first row, store_ops.c) takes ExclusiveLock, only ever without
  *     waiting (DlockNameLockTryGrant): one it cannot have means "held";
  *     a first row's insert keeps it until the transaction ends, a
- *     takeover until it has updated the row (then its xmax, which a
- *     'live' check waits for, does the rest: lease_fence.c), and a call
- *     that grants nothing releases it at once;
+ *     takeover until it has updated the row (then the update, in the
+ *     row's chain, which a 'live' check waits for, does the rest:
+ *     lease_fence.c), and a call that grants nothing releases it at once;
  *   - a 'live' check (lease_fence.c) takes ShareLock, waiting, before it
  *     reads the lease (DlockNameLockLive), and keeps it until the
  *     transaction ends when the write passes, released at once otherwise;
@@ -22,9 +22,10 @@
  *     nothing.
  * Only ShareLock requests ever wait, so a waiter never queues behind
  * another waiter and the grants never wait for anybody: a deadlock needs
- * a 'live' writer that waits for a grant whose transaction waits for
- * that writer, which the deadlock detector resolves as it resolves
- * row-lock waits.  The lock lives in shared memory only: a prepared
+ * a 'live' writer that waits for a grant (for its name lock, or, after
+ * releasing its own, for its transaction) whose transaction waits for
+ * that writer, which the deadlock detector resolves as it resolves the
+ * row-lock waits of earlier releases.  The lock lives in shared memory only: a prepared
  * transaction keeps it through a restart and a promotion
  * (lock_twophase_recover), a crash drops it together with the open
  * transactions it protected (docs/guarantees.md, "Fencing").

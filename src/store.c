@@ -40,7 +40,8 @@
  * a name's first row) takes dlock's name lock (name_lock.c: a
  * transaction-scoped advisory lock in its own class) in ExclusiveLock
  * without waiting, which a 'live' fence holds in ShareLock until its
- * transaction ends; a first row's index insertion comes after it.  Every change of a token or of a row's existence opens
+ * transaction ends; a first row's index insertion comes after it.  Every
+ * change of a token or of a row's existence opens
  * the name's fence cache bucket first.  The whole protocol: design.md
  * §14, "The store's locking protocol".
  *
