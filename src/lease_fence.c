@@ -10,6 +10,9 @@
  * its index and no row lock, with a fresh snapshot.  The 'live' check
  * takes dlock's name lock in ShareLock, waiting for a grant of the name
  * in progress, and reads with a snapshot taken after it (AccessShareLock);
+ * when a takeover that has written the row is in the row's update chain,
+ * not aborted, it gives the lock back, waits for that transaction and
+ * starts again (lease_chain_taker);
  * in a SERIALIZABLE transaction, and past a transaction's budget of name
  * locks (name_lock.c), it locks the row FOR KEY SHARE instead (RowShareLock),
  * waiting, following a concurrently changed row to its newest version as
@@ -308,14 +311,20 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
  * version in slot (fetched from the heap with a snapshot, its buffer
  * pinned) and returns the first transaction in it, not this one and not
  * aborted (in progress, or committed after the snapshot), that took the
- * row over or deleted it; InvalidTransactionId when there is none.  A
+ * row over; InvalidTransactionId when there is none.  A
  * takeover locks the version it replaces FOR UPDATE before it updates it,
  * so heap_update keeps that stronger mode and marks the old version's
- * xmax HEAP_KEYS_UPDATED, as a delete does (compute_new_xmax_infomask;
- * GetMultiXactIdHintBits for a MultiXact); renew, release and break update
- * without that lock and change no key, and a lock-only xmax (a 'live'
- * writer's FOR KEY SHARE) is no change: neither is waited for, as the row
- * lock waited for neither.  Each version is read under its buffer's share
+ * xmax HEAP_KEYS_UPDATED (compute_new_xmax_infomask; GetMultiXactIdHintBits
+ * for a MultiXact); renew, release and break update without that lock and
+ * change no key, and a lock-only xmax (a 'live' writer's FOR KEY SHARE) is
+ * no change: neither is waited for, as the row lock waited for neither.
+ * A delete sets it too, but only a purge deletes, and only a lease that
+ * ended, which the check rejects anyway: a deleted version (its t_ctid is
+ * itself) ends the chain, so a check never waits for a purge (which could
+ * wait for the writer's own rows: a deadlock for nothing).  A version a
+ * transaction had locked FOR UPDATE before a renew (the owner's SQL, a
+ * purge's leftover lock) is marked too: a wait for nothing, never a wrong
+ * answer.  Each version is read under its buffer's share
  * lock, and the chain ends where the next version's xmin is not the
  * updater (pruned, or a line pointer reused), as heap_get_latest_tid
  * ends it.
@@ -355,8 +364,10 @@ lease_chain_taker(Relation rel, TupleTableSlot *slot)
 				!HEAP_XMAX_IS_LOCKED_ONLY(htup->t_infomask))
 			{
 				xmax = HeapTupleHeaderGetUpdateXid(htup);
-				taken = (htup->t_infomask2 & HEAP_KEYS_UPDATED) != 0;
 				next = htup->t_ctid;
+				/* a delete leaves t_ctid pointing at the version itself */
+				taken = (htup->t_infomask2 & HEAP_KEYS_UPDATED) != 0 &&
+					!ItemPointerEquals(&next, &tid);
 			}
 		}
 		LockBuffer(buf, BUFFER_LOCK_UNLOCK);
@@ -392,7 +403,7 @@ lease_chain_taker(Relation rel, TupleTableSlot *slot)
  * name), and then is in the version's update chain (lease_chain_taker), in
  * progress or committed after the snapshot: this then releases the name
  * lock and returns that transaction, which the caller waits for before it
- * tries again; a purge's delete too.  Otherwise it returns
+ * tries again.  Otherwise it returns
  * InvalidTransactionId: no grant can commit before this transaction ends
  * (a takeover needs the name lock, which conflicts, and then locks the row
  * FOR UPDATE).  The holder-role rule is applied as in

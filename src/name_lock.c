@@ -23,8 +23,8 @@
  * Only ShareLock requests ever wait, so a waiter never queues behind
  * another waiter and the grants never wait for anybody: a deadlock needs
  * a 'live' writer that waits for a grant (for its name lock, or, after
- * releasing its own, for its transaction) whose transaction waits for
- * that writer, which the deadlock detector resolves as it resolves the
+ * releasing its own, for a takeover's transaction) whose transaction
+ * waits for that writer, which the deadlock detector resolves as it resolves the
  * row-lock waits of earlier releases.  The lock lives in shared memory only: a prepared
  * transaction keeps it through a restart and a promotion
  * (lock_twophase_recover), a crash drops it together with the open
