@@ -113,10 +113,12 @@ UPDATE journal SET amount = 11 WHERE id = 1;
 \set VERBOSITY terse
 UPDATE ledger SET amount = 11 WHERE id = 1;
 \echo :LAST_ERROR_SQLSTATE
-SELECT dlock_acquire('ledger:2', '20 ms') AS l2 \gset
--- expired: latest accepts, live rejects
+SELECT dlock_acquire('ledger:2', '1 min') AS l2 \gset
+-- expired: latest accepts, live rejects (the lease ends by the clock: a
+-- renew for 1 microsecond, then a sleep; no race with a short ttl)
 INSERT INTO ledger VALUES (2, 20, :l2);
-SELECT pg_sleep(0.1);
+SELECT dlock_renew('ledger:2', :l2, '1 microsecond') AS renewed_to_expire;
+SELECT pg_sleep(0.01);
 INSERT INTO journal VALUES (2, 20, :l2);
 UPDATE ledger SET amount = 21 WHERE id = 2;
 \echo :LAST_ERROR_SQLSTATE
