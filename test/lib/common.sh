@@ -189,11 +189,18 @@ dlock_stop_clusters_under() {
     done < <(find "$1" -name postmaster.pid 2>/dev/null)
 }
 
-# dlock_free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+# dlock_free_port prints a TCP port on 127.0.0.1 that nothing listens on,
+# below the kernel's range of ephemeral ports (ip_local_port_range,
+# 32768-60999 by default): a port in that range can be the local end of
+# any outgoing connection (a test's client, apt), which no connect() sees
+# and which makes the server's bind() fail ("Address already in use": a
+# make test failed so, once).
 dlock_free_port() {
-    local port tries=0
+    local port tries=0 lo=32768 hi=
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+    [ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
     while [ $tries -lt 200 ]; do
-        port=$((20000 + RANDOM % 30000))
+        port=$((10000 + RANDOM % (lo - 10000)))
         tries=$((tries + 1))
         [ "$port" -eq 5432 ] && continue
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
