@@ -162,6 +162,89 @@ lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
 	return found && lease_slot_has_name(table, slot, lock_name);
 }
 
+/* The visible version of a lease row that lease_find found, and how. */
+typedef struct LeaseFind
+{
+	Snapshot	snap;			/* taken after the cache's ticket */
+	TupleTableSlot *slot;		/* the version */
+	Relation	idx;			/* the primary key, when it was read */
+} LeaseFind;
+
+/*
+ * lease_find finds the version of lock_name's row in rel (the lease table,
+ * locked by the caller) visible to a fresh snapshot: through the fence
+ * cache's root hint when use_cache and the cache knows the name (checked:
+ * lease_fetch_hint), else through the primary key (AccessShareLock, kept
+ * until the transaction ends), and then offers its token to the cache.
+ * Returns whether there is one, in f->slot; lease_find_end frees *f.
+ */
+static bool
+lease_find(const DlockLeaseTable *table, Relation rel, text *lock_name,
+		   bool use_cache, LeaseFind *f)
+{
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		cached_token;
+	bool		hinted = false;
+	bool		seen;
+
+	ticket.bucket = -1;
+	if (use_cache)
+		hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root,
+									&ticket);
+	/* taken after the ticket (fence_cache.c: a fill needs that order) */
+	f->snap = RegisterSnapshot(GetLatestSnapshot());
+	f->slot = table_slot_create(rel, NULL);
+	f->idx = NULL;
+	seen = hinted &&
+		lease_fetch_hint(table, rel, f->snap, &root, lock_name, f->slot);
+	if (!seen)
+	{
+		f->idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+		seen = DlockLeaseLookup(rel, f->idx, f->snap, lock_name, f->slot,
+								&root);
+		if (seen && !hinted)
+			DlockFenceCacheFill(&ticket, lock_name,
+								DatumGetInt64(DlockLeaseField(f->slot, table->att_token)),
+								&root);
+	}
+	return seen;
+}
+
+/*
+ * lease_find_end drops what lease_find took, but the relation locks.
+ */
+static void
+lease_find_end(LeaseFind *f)
+{
+	ExecDropSingleTupleTableSlot(f->slot);
+	UnregisterSnapshot(f->snap);
+	if (f->idx != NULL)
+		index_close(f->idx, NoLock);
+}
+
+/*
+ * lease_holder_denies applies the holder-role rule to the version in slot:
+ * when it carries token and actor may not act for its holder role
+ * (DlockMayActFor), it sets lease->denied and lease->holder and returns
+ * true.
+ */
+static bool
+lease_holder_denies(const DlockLeaseTable *table, TupleTableSlot *slot,
+					int64 token, Oid actor, DlockFenceLease *lease)
+{
+	Oid			holder;
+
+	if (DatumGetInt64(DlockLeaseField(slot, table->att_token)) != token)
+		return false;
+	holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
+	if (DlockMayActFor(actor, holder))
+		return false;
+	lease->denied = true;
+	lease->holder = holder;
+	return true;
+}
+
 /*
  * lease_fence_row_lock reads the lease of lock_name into *lease for the
  * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
@@ -199,14 +282,9 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 					 int64 token, DlockFenceLease *lease)
 {
 	Relation	rel;
-	Relation	idx = NULL;
-	Snapshot	snap;
+	LeaseFind	f;
 	TupleTableSlot *slot;
 	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
-	DlockFenceCacheTicket ticket;
-	ItemPointerData root;
-	int64		cached_token;
-	bool		hinted;
 	bool		seen;
 	Oid			actor = GetOuterUserId();
 
@@ -214,43 +292,19 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 	rel = table_open(table->relid, RowShareLock);
 	if (!IsolationIsSerializable())
 		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
-	hinted = !IsolationIsSerializable() &&
-		DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
-	if (IsolationIsSerializable())
-		ticket.bucket = -1;
-	/* taken after the ticket (fence_cache.c: a fill needs that order) */
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-
 	lease->found = false;
 	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	seen = hinted &&
-		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
-	if (!seen)
+	/* SERIALIZABLE goes through the index, whose predicate locks SSI needs */
+	seen = lease_find(table, rel, lock_name, !IsolationIsSerializable(), &f);
+	slot = f.slot;
+	if (seen && lease_holder_denies(table, slot, token, actor, lease))
 	{
-		idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
-		seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
-		if (seen && !hinted)
-			DlockFenceCacheFill(&ticket, lock_name,
-								DatumGetInt64(DlockLeaseField(slot, table->att_token)),
-								&root);
-	}
-	if (seen &&
-		DatumGetInt64(DlockLeaseField(slot, table->att_token)) == token)
-	{
-		Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
-
-		if (!DlockMayActFor(actor, holder))
-		{
-			/* the holder-role rule: not locked, not to be taken over */
-			lease->found = true;
-			lease_fence_fields(table, slot, lease);
-			lease->denied = true;
-			lease->holder = holder;
-			seen = false;
-		}
+		/* the holder-role rule: not locked, not to be taken over */
+		lease->found = true;
+		lease_fence_fields(table, slot, lease);
+		seen = false;
 	}
 	if (seen)
 	{
@@ -258,7 +312,7 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 		TM_FailureData tmfd;
 		TM_Result	res;
 
-		res = table_tuple_lock(rel, &tid, snap, slot,
+		res = table_tuple_lock(rel, &tid, f.snap, slot,
 							   GetCurrentCommandId(true), LockTupleKeyShare,
 							   LockWaitBlock, lockflags, &tmfd);
 		switch (res)
@@ -286,23 +340,11 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 		if (lease->found)
 		{
 			lease_fence_fields(table, slot, lease);
-			if (lease->token == token)
-			{
-				Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
-
-				/* a takeover the lock waited for may have another holder */
-				if (!DlockMayActFor(actor, holder))
-				{
-					lease->denied = true;
-					lease->holder = holder;
-				}
-			}
+			/* a takeover the lock waited for may have another holder */
+			(void) lease_holder_denies(table, slot, token, actor, lease);
 		}
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	if (idx != NULL)
-		index_close(idx, NoLock);
+	lease_find_end(&f);
 	table_close(rel, NoLock);
 }
 
@@ -419,64 +461,33 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 					  int64 token, const LOCKTAG *tag, DlockFenceLease *lease)
 {
 	Relation	rel;
-	Relation	idx = NULL;
-	Snapshot	snap;
-	TupleTableSlot *slot;
-	DlockFenceCacheTicket ticket;
-	ItemPointerData root;
-	int64		cached_token;
-	bool		hinted;
+	LeaseFind	f;
 	bool		seen;
 	TransactionId taker = InvalidTransactionId;
 
 	Assert(!IsolationIsSerializable());
 	rel = table_open(table->relid, AccessShareLock);
-	hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root, &ticket);
-	/* taken after the name lock, and after the ticket (fence_cache.c) */
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-
 	lease->found = false;
 	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	seen = hinted &&
-		lease_fetch_hint(table, rel, snap, &root, lock_name, slot);
-	if (!seen)
-	{
-		idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
-		seen = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
-	}
+	/* the snapshot is taken after the name lock */
+	seen = lease_find(table, rel, lock_name, true, &f);
 
 	/*
 	 * not a heap (a DBA's doing): takeovers keep the name lock
 	 * (lease_change.c)
 	 */
 	if (seen && DlockLeaseIsHeap(rel))
-		taker = lease_chain_taker(rel, slot);
+		taker = lease_chain_taker(rel, f.slot);
 	if (seen && !TransactionIdIsValid(taker))
 	{
-		if (!hinted)
-			DlockFenceCacheFill(&ticket, lock_name,
-								DatumGetInt64(DlockLeaseField(slot, table->att_token)),
-								&root);
 		lease->found = true;
-		lease_fence_fields(table, slot, lease);
-		if (lease->token == token)
-		{
-			Oid			holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
-
-			if (!DlockMayActFor(GetOuterUserId(), holder))
-			{
-				lease->denied = true;
-				lease->holder = holder;
-			}
-		}
+		lease_fence_fields(table, f.slot, lease);
+		(void) lease_holder_denies(table, f.slot, token, GetOuterUserId(),
+								   lease);
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	if (idx != NULL)
-		index_close(idx, NoLock);
+	lease_find_end(&f);
 	table_close(rel, NoLock);
 
 	/*
