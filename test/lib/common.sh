@@ -190,19 +190,18 @@ dlock_stop_clusters_under() {
 }
 
 # dlock_free_port prints a TCP port on 127.0.0.1 that nothing listens on,
-# below the kernel's range of ephemeral ports (ip_local_port_range,
-# 32768-60999 by default): a port in that range can be the local end of
-# any outgoing connection (a test's client, apt), which no connect() sees
-# and which makes the server's bind() fail ("Address already in use": a
-# make test failed so, once).
+# in 10000-17999: below the kernel's range of ephemeral ports
+# (ip_local_port_range, 32768-60999 by default), since a port in that range
+# can be the local end of any outgoing connection (a test's client, apt),
+# which no connect() sees and which makes the server's bind() fail
+# ("Address already in use": a make test failed so, once); and apart from
+# the client suites' bands (Python 18000-24999, Node 25000 up), so that
+# suites started side by side do not pick each other's ports.
 dlock_free_port() {
-    local port tries=0 lo=32768 hi=
-    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
-    [ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
+    local port tries=0
     while [ $tries -lt 200 ]; do
-        port=$((10000 + RANDOM % (lo - 10000)))
+        port=$((10000 + RANDOM % 8000))
         tries=$((tries + 1))
-        [ "$port" -eq 5432 ] && continue
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
             printf '%s\n' "$port"
             return 0
@@ -231,8 +230,19 @@ dlock_cluster_start() {
         echo "max_connections = 50"
         for line in "$@"; do echo "$line"; done
     } >>"$dir/data/postgresql.conf"
-    dlock_run_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null ||
-        { cat "$dir/server.log" >&2; dlock_die "the throwaway cluster did not start"; }
+    # Another process may bind the port between the pick and the start:
+    # then the start is tried again on a new port, up to 5 times.
+    local tries=0
+    until dlock_run_as_pg "$PG_BINDIR/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null; do
+        tries=$((tries + 1))
+        if [ $tries -gt 5 ] || ! grep -q 'could not bind' "$dir/server.log"; then
+            cat "$dir/server.log" >&2
+            dlock_die "the throwaway cluster did not start"
+        fi
+        : >"$dir/server.log"
+        port=$(dlock_free_port)
+        echo "port = $port" >>"$dir/data/postgresql.conf"
+    done
     export PGHOST=$sockdir PGPORT=$port PGUSER=postgres DLOCK_CLUSTER_DIR=$dir
     unset PGDATABASE PGPASSWORD PGSERVICE
 }

@@ -39,9 +39,26 @@ def _template() -> str:
     return path
 
 
+def _port_band() -> range:
+    """The ports this suite's servers take: below the kernel's ephemeral
+    range, where an outgoing connection's local end never lands (a port
+    that was free when picked could otherwise be taken by a client before
+    the server binds it), and apart from the bands of the shell tests
+    (10000-17999) and the Node suite (25000 up), so that suites of several
+    servers running side by side do not pick each other's ports."""
+    lo = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return range(18000, min(25000, max(lo, 19000)))
+
+
 def free_port() -> int:
+    band = _port_band()
     for _ in range(200):
-        port = random.randint(20000, 45000)
+        port = random.choice(band)
         if port in _used_ports or port == 5432:
             continue
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -80,6 +97,7 @@ class Cluster:
         self.log = os.path.join(self.base, "server.log")
         self.port = port or free_port()
         self.conf = conf
+        self.started = False
 
     @property
     def conninfo(self) -> str:
@@ -111,9 +129,30 @@ log_min_messages = warning
 """)
 
     def start(self) -> "Cluster":
-        subprocess.run([bin("pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
-                       check=True, stdout=subprocess.DEVNULL)
-        return self
+        """Starts the server. On its first start, a port that another
+        process bound since free_port() picked it is replaced by a new one
+        (up to 5 times); a restart keeps its port, which clients know."""
+        for attempt in range(6):
+            mark = os.path.getsize(self.log) if os.path.exists(self.log) else 0
+            r = subprocess.run([bin("pg_ctl"), "-D", self.data, "-l", self.log, "-w", "-t", "60", "start"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if r.returncode == 0:
+                self.started = True
+                return self
+            try:
+                with open(self.log, errors="replace") as f:
+                    f.seek(mark)
+                    tail = f.read()
+            except OSError:
+                tail = ""
+            if not self.started and attempt < 5 and "could not bind" in tail:
+                self.port = free_port()
+                with open(os.path.join(self.data, "postgresql.auto.conf"), "a") as f:
+                    f.write(f"\nport = {self.port}\n")
+                continue
+            raise RuntimeError(f"pg_ctl start of {self.data} failed ({r.returncode}): {r.stderr.strip()}\n"
+                               f"server log since this start:\n{tail[-4000:]}")
+        raise AssertionError("unreachable")
 
     def create_extension(self) -> "Cluster":
         self.sql("CREATE EXTENSION IF NOT EXISTS dlock")

@@ -3,7 +3,7 @@
 // processes that print JSON lines, polling with a timeout. Everything it
 // starts is stopped in teardown (and by run.js's sweep after the run).
 import { spawn, execFile } from 'node:child_process';
-import { mkdtempSync, writeFileSync, appendFileSync, existsSync, readFileSync } from 'node:fs';
+import { mkdtempSync, writeFileSync, appendFileSync, existsSync, readFileSync, statSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -35,17 +35,45 @@ export async function waitFor(fn, timeoutMs, what = 'condition', everyMs = 25) {
   }
 }
 
-/** A free TCP port on 127.0.0.1 (bind-tested), never 5432. */
-export function freePort() {
-  return new Promise((resolve, reject) => {
+/**
+ * The ports this suite's servers take: below the kernel's ephemeral range,
+ * where an outgoing connection's local end never lands (a port free when
+ * picked could otherwise be taken by a client before the server binds it),
+ * and apart from the shell tests' (10000-17999) and the Python suite's
+ * (18000-24999), so that suites running side by side do not pick each
+ * other's ports.
+ */
+function portBand() {
+  let lo = 32768;
+  try {
+    const v = parseInt(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').split(/\s+/)[0], 10);
+    if (Number.isInteger(v)) lo = v;
+  } catch { /* keep 32768 */ }
+  return [25000, Math.max(lo, 26000)];
+}
+
+function canBind(port) {
+  return new Promise((resolve) => {
     const s = net.createServer();
     s.unref();
-    s.on('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => (port === 5432 ? freePort().then(resolve, reject) : resolve(port)));
-    });
+    s.once('error', () => resolve(false));
+    s.listen(port, '127.0.0.1', () => s.close(() => resolve(true)));
   });
+}
+
+const usedPorts = new Set();
+/** A free TCP port on 127.0.0.1 in this suite's band (bind-tested), never 5432. */
+export async function freePort() {
+  const [lo, hi] = portBand();
+  for (let i = 0; i < 200; i++) {
+    const port = lo + Math.floor(Math.random() * (hi - lo));
+    if (port === 5432 || usedPorts.has(port)) continue;
+    if (await canBind(port)) {
+      usedPorts.add(port);
+      return port;
+    }
+  }
+  throw new Error('no free port');
 }
 
 const teardowns = [];
@@ -82,7 +110,31 @@ export class Cluster {
     return run(path.join(BINDIR, 'pg_ctl'), ['-D', this.data, ...args], { timeout: 60000 });
   }
 
-  async start() { await this.ctl('-l', this.log, '-w', '-t', '60', 'start'); }
+  /**
+   * Starts the server. On its first start, a port that another process
+   * bound since freePort() picked it is replaced by a new one (up to 5
+   * times); a restart keeps its port, which clients know.
+   */
+  async start() {
+    for (let attempt = 0; ; attempt++) {
+      const mark = existsSync(this.log) ? statSync(this.log).size : 0;
+      try {
+        await this.ctl('-l', this.log, '-w', '-t', '60', 'start');
+        this.started = true;
+        return;
+      } catch (err) {
+        let tail = '';
+        try { tail = readFileSync(this.log, 'utf8').slice(mark); } catch { /* no log */ }
+        if (!this.started && attempt < 5 && tail.includes('could not bind')) {
+          this.port = await freePort();
+          appendFileSync(path.join(this.data, 'postgresql.conf'), `port = ${this.port}\n`);
+          continue;
+        }
+        err.message += `\nserver log since this start:\n${tail.slice(-4000)}`;
+        throw err;
+      }
+    }
+  }
   async stop(mode = 'fast') { await this.ctl('-m', mode, '-w', '-t', '60', 'stop'); }
   async restart() { await this.ctl('-l', this.log, '-m', 'fast', '-w', '-t', '60', 'restart'); }
   async promote() { await this.ctl('-w', '-t', '60', 'promote'); }
