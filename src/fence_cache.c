@@ -7,17 +7,21 @@
  *	  shared_preload_libraries = 'dlock'; without it, and for whatever the
  *	  cache cannot answer, the fence reads the index (DlockLeaseFenceRead).
  *
- * Owns the buckets (FENCE_WAYS entries each, keyed exactly: database,
- * the lease table's OID and relfilenode, the whole name), their open
- * counts, versions and spinlocks, the global open count and epoch, and
- * closing what a transaction opened at its end (DlockFenceCacheXactEnd,
- * called by xact.c).  The rules other code must keep are design.md §12;
- * the argument why a hit is never stale, with the memory order of both
- * sides, is design.md §12's "Why a hit is never stale".
+ * Owns the shared memory and its layout (fence_cache_int.h): the buckets
+ * (FENCE_WAYS entries each, keyed exactly: database, the lease table's OID
+ * and relfilenode, the whole name), their open counts, versions and
+ * spinlocks, the global open count and epoch; the settings; and the
+ * readers' side, the lookup and the fill after a miss.  The writers' side
+ * (opening buckets, recording writes, publishing or clearing at a
+ * transaction's end) is fence_cache_write.c.  The rules other code must
+ * keep are design.md §12; the argument
+ * why a hit is never stale, with the memory order of both sides, is
+ * design.md §12's "Why a hit is never stale", and why a published token
+ * is the newest, its "Publishing".
  *
- * Concurrency: the bucket's spinlock is held only to fill or clear entries
- * (no other lock is taken meanwhile, nothing can raise); readers take no
- * lock; open counts, versions and the epoch are atomics.
+ * Concurrency: the bucket's spinlock is held only to fill, publish or
+ * clear entries (no other lock is taken meanwhile, nothing can raise);
+ * readers take no lock; open counts, versions and the epoch are atomics.
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -27,7 +31,6 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
-#include "commands/trigger.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -40,91 +43,21 @@
 #include "compat.h"
 #include "dlock.h"
 #include "fence_cache.h"
+#include "fence_cache_int.h"
 
-/* Entries per bucket. */
-#define FENCE_WAYS			8
-
-/* The longest lock name an entry holds; longer names are never cached. */
-#define FENCE_NAME_BYTES	88
-
-/* Buckets one transaction remembers before it opens the global count. */
-#define FENCE_MAX_PENDING	64
-
-/*
- * One cached lease: its exact key, its token and where its row is (128
- * bytes; a name of up to 26 bytes is in the entry's first cache line).
- */
-typedef struct FenceEntry
-{
-	Oid			dbid;			/* InvalidOid: empty */
-	Oid			relid;			/* the lease table */
-	Oid			relnumber;		/* its relfilenode */
-	uint16		namelen;
-	uint64		epoch;			/* the global epoch it was filled in */
-	int64		token;
-	ItemPointerData root;		/* the root of the row's HOT chain: a hint */
-	char		name[FENCE_NAME_BYTES];
-} FenceEntry;
-
-StaticAssertDecl(sizeof(FenceEntry) == 128,
-				 "a fence cache entry takes two cache lines");
-
-/*
- * A bucket's state, in its first cache line: the counters, and a tag per
- * entry (bits of the name's hash, never 0; 0 for an empty entry), so that
- * a lookup reads one entry, the one whose tag matches, and then compares
- * its whole key.
- */
-typedef struct FenceBucketState
-{
-	pg_atomic_uint32 open;		/* changes of its names in progress */
-	pg_atomic_uint32 version;	/* bumped by fills and clears; odd: writing */
-	slock_t		mutex;			/* serialises fills and clears */
-	uint8		victim;			/* the entry the next full fill replaces */
-	uint32		tags[FENCE_WAYS];
-} FenceBucketState;
-
-typedef struct FenceBucket
-{
-	union
-	{
-		FenceBucketState s;
-		char		pad[64];
-	}			st;
-	FenceEntry	entries[FENCE_WAYS];
-} FenceBucket;
-
-StaticAssertDecl(sizeof(FenceBucketState) <= 64,
-				 "a fence cache bucket's state must fit in a cache line");
-
-/* The shared part. */
-typedef struct FenceCacheShared
-{
-	pg_atomic_uint64 epoch;		/* bumped when a global change closes */
-	pg_atomic_uint32 open_all;	/* global changes in progress */
-	int			nbuckets;
-} FenceCacheShared;
-
-/* NULL unless preloaded with a size > 0 */
 /* dlock.fence_cache_size: names the cache holds (only with preload) */
 static int	dlock_fence_cache_size = 65536;
 
 /* dlock.fence_cache: whether this session's fence uses the cache */
-static bool dlock_fence_cache = true;
+bool		dlock_fence_cache = true;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-static FenceCacheShared *fence_shared = NULL;
-static FenceBucket *fence_buckets = NULL;
+/* NULL unless preloaded with a size > 0 */
+FenceCacheShared *fence_shared = NULL;
+FenceBucket *fence_buckets = NULL;
 
-/* What this backend's transaction opened (closed at its end). */
-static int	pending[FENCE_MAX_PENDING];
-static int	npending = 0;
-static bool pending_all = false;
-
-/* Changes this backend opened, ever (DlockFenceCacheChanges). */
-static uint64 fence_changes = 0;
 
 /*
  * fence_nbuckets returns the number of buckets dlock.fence_cache_size asks
@@ -213,11 +146,11 @@ fence_shmem_startup(void)
 }
 
 /*
- * fence_bucket_of returns the bucket of lock_name in the current database,
+ * DlockFenceBucketOf returns the bucket of lock_name in the current database,
  * and sets *tag to its tag there (never 0).
  */
-static int
-fence_bucket_of(text *lock_name, uint32 *tag)
+int
+DlockFenceBucketOf(text *lock_name, uint32 *tag)
 {
 	uint64		h = hash_combine64(DlockNameHash(lock_name),
 								   (uint64) MyDatabaseId);
@@ -262,7 +195,7 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 		return false;
 	ticket->relid = RelationGetRelid(rel);
 	ticket->relnumber = DlockRelFileNumber(rel);
-	bno = fence_bucket_of(lock_name, &tag);
+	bno = DlockFenceBucketOf(lock_name, &tag);
 	b = &fence_buckets[bno];
 
 	/* first whether a change is open, then the versions, then the entries */
@@ -375,150 +308,6 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 	pg_write_barrier();
 	pg_atomic_write_u32(&b->st.s.version, ticket->version + 2);
 	SpinLockRelease(&b->st.s.mutex);
-}
-
-/*
- * DlockFenceCacheOpen marks lock_name's bucket as changing until the
- * current top-level transaction ends.  Call it before modifying a lease
- * row in a way that changes its token or its existence.  Nothing without
- * the cache; cannot raise.
- */
-void
-DlockFenceCacheOpen(text *lock_name)
-{
-	int			bno;
-	uint32		tag;
-	int			i;
-
-	fence_changes++;
-	if (fence_shared == NULL || pending_all)
-		return;					/* the global count covers every bucket */
-	Assert(IsTransactionState());
-	bno = fence_bucket_of(lock_name, &tag);
-	for (i = 0; i < npending; i++)
-	{
-		if (pending[i] == bno)
-			return;
-	}
-	if (npending == FENCE_MAX_PENDING)
-	{
-		DlockFenceCacheOpenAll();
-		return;
-	}
-	pending[npending++] = bno;
-	(void) pg_atomic_fetch_add_u32(&fence_buckets[bno].st.s.open, 1);
-}
-
-/*
- * DlockFenceCacheOpenAll marks every name as changing until the current
- * top-level transaction ends (a purge, or more names than a transaction
- * remembers).  Nothing without the cache; cannot raise.
- */
-void
-DlockFenceCacheOpenAll(void)
-{
-	fence_changes++;
-	if (fence_shared == NULL || pending_all)
-		return;
-	Assert(IsTransactionState());
-	pending_all = true;
-	(void) pg_atomic_fetch_add_u32(&fence_shared->open_all, 1);
-}
-
-/*
- * DlockFenceCacheChanges returns how many changes of lease tokens or rows
- * this backend has opened so far (with the cache or without it): a value
- * that moves whenever the backend itself changed a token, for the fence's
- * one check per lock in a statement (fence.c).
- */
-uint64
-DlockFenceCacheChanges(void)
-{
-	return fence_changes;
-}
-
-/*
- * fence_close closes what the ending transaction opened: clears each
- * bucket's entries and bumps its version under its spinlock, then
- * decrements its open count; bumps the epoch before decrementing the
- * global count.  Runs after the transaction's changes became visible.
- */
-static void
-fence_close(void)
-{
-	int			i;
-
-	for (i = 0; i < npending; i++)
-	{
-		FenceBucket *b = &fence_buckets[pending[i]];
-		uint32		version;
-		int			way;
-
-		SpinLockAcquire(&b->st.s.mutex);
-		version = pg_atomic_read_u32(&b->st.s.version);
-		Assert((version & 1) == 0);
-		pg_atomic_write_u32(&b->st.s.version, version + 1);
-		pg_write_barrier();
-		for (way = 0; way < FENCE_WAYS; way++)
-		{
-			b->st.s.tags[way] = 0;
-			b->entries[way].dbid = InvalidOid;
-		}
-		pg_write_barrier();
-		pg_atomic_write_u32(&b->st.s.version, version + 2);
-		SpinLockRelease(&b->st.s.mutex);
-		Assert(pg_atomic_read_u32(&b->st.s.open) > 0);
-		(void) pg_atomic_fetch_sub_u32(&b->st.s.open, 1);
-	}
-	npending = 0;
-	if (pending_all)
-	{
-		(void) pg_atomic_fetch_add_u64(&fence_shared->epoch, 1);
-		Assert(pg_atomic_read_u32(&fence_shared->open_all) > 0);
-		(void) pg_atomic_fetch_sub_u32(&fence_shared->open_all, 1);
-		pending_all = false;
-	}
-}
-
-/*
- * DlockFenceCacheXactEnd (xact.c calls it) closes, when the top-level transaction ends
- * (after ProcArrayEndTransaction), what it opened; leaves it open for good
- * when it was prepared; and before a session with dlock.fence_cache = off
- * or session_replication_role = replica (logical replication's apply)
- * commits or prepares a transaction that wrote, opens the global count.
- */
-void
-DlockFenceCacheXactEnd(XactEvent event)
-{
-	if (fence_shared == NULL)
-		return;
-	switch (event)
-	{
-		case XACT_EVENT_PRE_COMMIT:
-		case XACT_EVENT_PRE_PREPARE:
-			if ((!dlock_fence_cache ||
-				 SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA) &&
-				TransactionIdIsValid(GetTopTransactionIdIfAny()))
-				DlockFenceCacheOpenAll();
-			break;
-		case XACT_EVENT_COMMIT:
-		case XACT_EVENT_ABORT:
-		case XACT_EVENT_PARALLEL_COMMIT:
-		case XACT_EVENT_PARALLEL_ABORT:
-			if (npending > 0 || pending_all)
-				fence_close();
-			break;
-		case XACT_EVENT_PREPARE:
-			/* visible at COMMIT PREPARED, anywhere: stay open until restart */
-			npending = 0;
-			pending_all = false;
-			break;
-		default:
-			break;
-	}
-	Assert(event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE ||
-		   event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
-		   (npending == 0 && !pending_all));
 }
 
 /*

@@ -4,7 +4,8 @@
  *	  The fence cache (fence_cache.c): the current token of recently fenced
  *	  lock names in shared memory, for the 'latest' fence's read (and where
  *	  their rows are, a hint for the 'live' fence), and the calls that every
- *	  change of a lease's token or existence must make.
+ *	  change of a lease's token or existence, and every write of a lease
+ *	  row, must make.
  *
  * Concurrency: fence_cache.c's header gives the protocol (a bucket's open
  * count, version and spinlock, the global open count and epoch) and the
@@ -38,8 +39,10 @@ typedef struct DlockFenceCacheTicket
 /* its settings and shared memory (_PG_init) */
 extern void DlockFenceCacheInit(void);
 
-/* the end of a transaction (xact.c) */
+/* the end of a transaction or subtransaction (xact.c) */
 extern void DlockFenceCacheXactEnd(XactEvent event);
+extern void DlockFenceCacheSubXactEnd(SubXactEvent event,
+									  SubTransactionId mySubid);
 
 /* the fence's read and lock (lease_table.c) */
 extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
@@ -51,6 +54,10 @@ extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
 /* writers: before a change of a name's token or existence can be seen */
 extern void DlockFenceCacheOpen(text *lock_name);
 extern void DlockFenceCacheOpenAll(void);
+
+/* writers: after every write of a row, what it left (lease_table.c, store_ops.c) */
+extern void DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
+								   ItemPointer root);
 
 /* whether this backend changed a token since (fence.c) */
 extern uint64 DlockFenceCacheChanges(void);

@@ -356,9 +356,12 @@ DlockLeaseRowFromSlot(LeaseAccess *la, LeaseRow *row)
 bool
 DlockLeaseRead(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
-	if (!DlockLeaseLookup(la->rel, la->idx, snapshot, lock_name, la->slot, NULL))
+	ItemPointerData root;
+
+	if (!DlockLeaseLookup(la->rel, la->idx, snapshot, lock_name, la->slot, &root))
 		return false;
 	DlockLeaseRowFromSlot(la, row);
+	row->root = root;
 	return true;
 }
 
@@ -484,7 +487,36 @@ DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *r
 	{
 		DlockFenceCacheOpen(lock_name);
 		lease_insert_index_entries(la, update_indexes);
+		row->root = newslot->tts_tid;	/* the new version starts a chain */
 	}
+
+	/*
+	 * What the row is now, for the cache to publish if this transaction
+	 * commits and the write opened the name's bucket (a takeover, or a new
+	 * chain): not for a table that is not a heap, whose TIDs are no roots.
+	 */
+	if (DlockLeaseIsHeap(la->rel))
+		DlockFenceCachePublish(la->rel, lock_name, row->f.token, &row->root);
+	else
+		DlockFenceCachePublish(la->rel, lock_name, row->f.token, NULL);
 	CommandCounterIncrement();
 	return TM_Ok;
+}
+
+/*
+ * DlockLeaseInserted tells the fence cache what the INSERT of lock_name's
+ * first row, just made in this transaction (store_ops.c, through SPI),
+ * left: token, and the new version's TID tid, the root of its chain.
+ * The caller holds RowExclusiveLock on the table, from the INSERT.
+ */
+void
+DlockLeaseInserted(const DlockLeaseTable *table, text *lock_name,
+				   int64 token, ItemPointer tid)
+{
+	Relation	rel = table_open(table->relid, NoLock);
+
+	Assert(CheckRelationLockedByMe(rel, RowExclusiveLock, true));
+	DlockFenceCachePublish(rel, lock_name, token,
+						   DlockLeaseIsHeap(rel) ? tid : NULL);
+	table_close(rel, NoLock);
 }

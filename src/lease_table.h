@@ -102,6 +102,9 @@ extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  TimestampTz now, TimestampTz expires,
 									  int64 *token, TimestampTz *held_until,
 									  DlockPrevLease *prev);
+extern void DlockLeaseInserted(const DlockLeaseTable *table,
+							   text *lock_name, int64 token,
+							   ItemPointer tid);
 extern int	DlockLeaseFindHeld(const DlockLeaseTable *table, text **names,
 							   int n, TimestampTz now,
 							   TimestampTz *held_until);

@@ -41,6 +41,7 @@ typedef struct LeaseAccess
 typedef struct LeaseRow
 {
 	ItemPointerData tid;
+	ItemPointerData root;		/* the root of its HOT chain (the index's TID) */
 	DlockLeaseFields f;
 	Size		need;			/* space a new version takes on a page */
 	bool		tight;			/* its page looked too full for it */

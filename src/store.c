@@ -93,7 +93,7 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" VALUES ($1, pg_catalog.nextval('%1$s.dlock_token_seq'::pg_catalog.regclass),"
 		" $4, $5, $2, $2, $3, false)"
 		" ON CONFLICT (lock_name) DO NOTHING"
-		" RETURNING l.token",
+		" RETURNING l.token, l.ctid",
 		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}, false
 	},
 

@@ -75,6 +75,7 @@ acquire_op(void *arg)
 	for (round = 0; round < 2; round++)
 	{
 		bool		isnull;
+		Datum		ctid;
 		LOCKTAG		tag;
 
 		switch (DlockLeaseTake(DlockStoreTable(), DlockStoreTokenSeq(),
@@ -101,6 +102,10 @@ acquire_op(void *arg)
 		{
 			a->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
 			Assert(!isnull && a->token > 0);
+			ctid = DlockStoreResultDatum(2, &isnull);
+			Assert(!isnull);
+			DlockLeaseInserted(DlockStoreTable(), a->lock_name, a->token,
+							   (ItemPointer) DatumGetPointer(ctid));
 			a->prev.kind = DLOCK_GRANT_NEW;
 			a->prev.token = 0;
 			a->prev.owner = NULL;

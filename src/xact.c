@@ -39,7 +39,8 @@
  * newest first: wait, fence cache, async commit, events, checked); only
  * the wake-ups moved, from before the callbacks of libraries loaded
  * later to after them, which they do not depend on.  At a
- * subtransaction's end events.c runs before checked.c, as before.
+ * subtransaction's end fence_cache.c forgets the writes a rollback
+ * undid, then events.c runs before checked.c, as before.
  *
  * Concurrency: none of its own; each step's locking is in its file.
  *
@@ -71,12 +72,14 @@ dlock_xact_callback(XactEvent event, void *arg)
 
 /*
  * dlock_subxact_callback runs each module's step of a subtransaction
- * event: the lease events, then the record of checks.
+ * event: the fence cache's record of writes, the lease events, then the
+ * record of checks.
  */
 static void
 dlock_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					   SubTransactionId parentSubid, void *arg)
 {
+	DlockFenceCacheSubXactEnd(event, mySubid);
 	DlockEventsSubXactEnd(event, mySubid, parentSubid);
 	DlockCheckedSubXactEnd(event, mySubid, parentSubid);
 }

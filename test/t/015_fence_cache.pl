@@ -19,6 +19,8 @@
 # turned off by dlock.fence_cache_size = 0 (after a restart) the hand edit
 # is seen at once.
 #
+# Part 1b, a grant publishes its token: see below.
+#
 # Part 3, the 'live' fence's hint (run before part 2): an index on
 # expires_at makes renewals move the row (not HOT); live writes between
 # them, after a purge and a VACUUM that truncates the table's end, all find
@@ -112,6 +114,69 @@ sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
 is(write_row($b), '55T01', 'without the cache, a hand edit is seen at once');
 $node->append_conf('postgresql.conf', "dlock.fence_cache_size = 1024\n");
 $node->restart;
+
+# Part 1b, publishing (on the cache of 1024 names): a grant that commits
+# puts the name's new token into the cache itself, so the first fenced
+# write after it is answered without reading the index.  As in part 1, a
+# hand edit made after the grant shows which answered: the grant's token
+# still accepted means the cache answered, and since no fenced write read
+# the name before the edit, the grant published it.  A grant rolled back,
+# to a savepoint or whole, publishes nothing: its token, never committed,
+# is rejected.  The trigger fires on UPDATE only, so the row's INSERT reads
+# nothing.
+sql(q{
+CREATE TABLE acctp (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE UPDATE ON acctp FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('pub:{id}', 'fence_token', 'latest');
+INSERT INTO acctp VALUES (1, 0, NULL), (2, 0, NULL);
+});
+# write_pub(id, token, [settings]): '' when a fenced UPDATE of row id with
+# token is accepted, else the SQLSTATE.
+sub write_pub
+{
+	my ($id, $token, $set) = @_;
+	return write_sqlstate(($set // '')
+		  . "UPDATE acctp SET val = val + 1, fence_token = $token WHERE id = $id"
+	);
+}
+my $hand_edit = q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'pub:1'};
+
+my $p = sql(q{SELECT dlock_acquire('pub:1', '1 hour')});
+sql($hand_edit);
+is(write_pub(1, $p), '',
+	"a name's first grant published its token: accepted after a hand edit that no fenced write read before"
+);
+is(write_pub(1, $p, "SET dlock.fence_cache = off;\n"),
+	'55T01', 'the index holds the hand edit (the control)');
+
+sql(q{SELECT dlock_break('pub:1')});
+my $q = sql(q{SELECT dlock_acquire('pub:1', '1 hour')});
+cmp_ok($q, '>', $p + 1000, 'the takeover drew a greater token');
+sql($hand_edit);
+is(write_pub(1, $q), '', 'a takeover published its token');
+is(write_pub(1, $q, "SET dlock.fence_cache = off;\n"),
+	'55T01', 'the index holds the hand edit (the control)');
+
+# rolled back: the row keeps the hand edit's token, q + 1000
+sql(q{SELECT dlock_break('pub:1')});
+my $r = sql(q{BEGIN;
+SAVEPOINT s;
+SELECT dlock_acquire('pub:1', '1 hour') AS r \gset
+ROLLBACK TO s;
+COMMIT;
+SELECT :r});
+cmp_ok($r, '>', $q + 1000, 'the takeover rolled back to a savepoint drew a token');
+is(write_pub(1, $r), '55T01', 'a takeover rolled back to a savepoint published nothing');
+is(write_pub(1, $q + 1000), '', 'the committed token is accepted');
+my $r2 = sql(q{BEGIN;
+SELECT dlock_acquire('pub:2', '1 hour') AS r \gset
+ROLLBACK;
+SELECT :r});
+is(write_pub(2, $r2), '55T01', 'a first grant rolled back published nothing');
+my $r3 = sql(q{SELECT dlock_acquire('pub:2', '1 hour')});
+cmp_ok($r3, '>', $r2, 'the grant that commits draws a greater token');
+is(write_pub(2, $r3), '', 'and is accepted');
+sql(q{SELECT dlock_acquire('pub:1', '1 hour')});	# live again, for part 3's purge
 
 # Part 3 (before part 2, on the cache of 1024 names): the 'live' fence
 # finds the row through the cache's hint of where it is.  An index a DBA

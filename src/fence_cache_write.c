@@ -1,0 +1,388 @@
+/*-------------------------------------------------------------------------
+ *
+ * src/fence_cache_write.c
+ *	  The fence cache's writers' side: what a transaction that changes
+ *	  leases opens (DlockFenceCacheOpen, DlockFenceCacheOpenAll), what its
+ *	  writes of lease rows record (DlockFenceCachePublish, forgotten when a
+ *	  subtransaction rolls back), and its close at the end of the
+ *	  top-level transaction (DlockFenceCacheXactEnd, called by xact.c):
+ *	  under each opened bucket's spinlock, publishing the token of the one
+ *	  name a committed transaction changed there, or clearing the bucket.
+ *	  The buckets themselves, and the readers, are fence_cache.c's.
+ *
+ * Owns the backend-local list of opened buckets and their records, and
+ * the count of changes this backend opened (DlockFenceCacheChanges).
+ *
+ * Concurrency: the protocol is fence_cache.c's (design.md §12; why a
+ * published token is the newest: its "Publishing").  Opens are atomic
+ * increments; a close takes the bucket's spinlock to publish or clear,
+ * then decrements the open count; nothing here can raise.
+ *
+ * Copyright (c) 2026, the dlock authors
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/trigger.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/spin.h"
+#include "utils/rel.h"
+
+#include "compat.h"
+#include "dlock.h"
+#include "fence_cache.h"
+#include "fence_cache_int.h"
+
+/* Buckets one transaction remembers before it opens the global count. */
+#define FENCE_MAX_PENDING	64
+
+/* What a pending bucket can publish when its transaction commits. */
+typedef enum FencePublish
+{
+	PUBLISH_NOTHING_YET,		/* opened for one name, no write recorded */
+	PUBLISH_READY,				/* that name's last write is recorded */
+	PUBLISH_NEVER				/* two names, or a write it cannot publish */
+} FencePublish;
+
+/*
+ * A bucket this backend's transaction opened (closed at its end), and what
+ * it may publish then: the name it was opened for, and that name's row as
+ * the transaction's last write left it (design.md §12, "Publishing").
+ */
+typedef struct FencePending
+{
+	int			bucket;
+	uint32		version;		/* the bucket's version read after opening */
+	uint64		epoch;			/* the global epoch read then */
+	FencePublish publish;
+	SubTransactionId subid;		/* the subtransaction of the last write */
+	Oid			relid;			/* the lease table */
+	Oid			relnumber;		/* its relfilenode */
+	int64		token;
+	ItemPointerData root;
+	uint32		tag;
+	uint16		namelen;
+	char		name[FENCE_NAME_BYTES];
+} FencePending;
+
+/* What this backend's transaction opened (closed at its end). */
+static FencePending pending[FENCE_MAX_PENDING];
+static int	npending = 0;
+static bool pending_all = false;
+
+/* Changes this backend opened, ever (DlockFenceCacheChanges). */
+static uint64 fence_changes = 0;
+
+/*
+ * DlockFenceCacheOpen marks lock_name's bucket as changing until the
+ * current top-level transaction ends.  Call it before modifying a lease
+ * row in a way that changes its token or its existence.  Nothing without
+ * the cache; cannot raise.
+ */
+void
+DlockFenceCacheOpen(text *lock_name)
+{
+	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
+	int			bno;
+	uint32		tag;
+	int			i;
+	FencePending *p;
+
+	fence_changes++;
+	if (fence_shared == NULL || pending_all)
+		return;					/* the global count covers every bucket */
+	Assert(IsTransactionState());
+	bno = DlockFenceBucketOf(lock_name, &tag);
+	for (i = 0; i < npending; i++)
+	{
+		p = &pending[i];
+		if (p->bucket != bno)
+			continue;
+		/* a second name in the bucket: publish nothing there */
+		if (p->namelen != namelen ||
+			memcmp(p->name, VARDATA_ANY(lock_name), namelen) != 0)
+			p->publish = PUBLISH_NEVER;
+		return;
+	}
+	if (npending == FENCE_MAX_PENDING)
+	{
+		DlockFenceCacheOpenAll();
+		return;
+	}
+	p = &pending[npending++];
+	p->bucket = bno;
+	p->tag = tag;
+	p->publish = PUBLISH_NOTHING_YET;
+	p->namelen = 0;
+	if (namelen <= FENCE_NAME_BYTES)
+	{
+		p->namelen = (uint16) namelen;
+		memcpy(p->name, VARDATA_ANY(lock_name), namelen);
+	}
+	else
+		p->publish = PUBLISH_NEVER;
+
+	/*
+	 * A full barrier, then what the bucket's version and the epoch are: a
+	 * close or a fill of the bucket after this shows as another version at
+	 * this transaction's close.
+	 */
+	(void) pg_atomic_fetch_add_u32(&fence_buckets[bno].st.s.open, 1);
+	p->version = pg_atomic_read_u32(&fence_buckets[bno].st.s.version);
+	p->epoch = pg_atomic_read_u64(&fence_shared->epoch);
+}
+
+/*
+ * DlockFenceCachePublish records that this transaction's latest write of
+ * lock_name's row in the lease table rel left token and root (the TID of
+ * the root of the row's HOT chain; invalid when not known), for its
+ * bucket's close to publish if the transaction commits and nothing else
+ * touched the bucket meanwhile (fence_close).  Call it after every write
+ * of the row by dlock, whether or not that write opened the bucket: a
+ * name whose bucket this transaction did not open changes nothing here.
+ * Cannot raise.
+ */
+void
+DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
+					   ItemPointer root)
+{
+	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
+	uint32		tag;
+	int			bno;
+	int			i;
+
+	if (fence_shared == NULL || pending_all)
+		return;
+	bno = DlockFenceBucketOf(lock_name, &tag);
+	for (i = 0; i < npending; i++)
+	{
+		FencePending *p = &pending[i];
+
+		if (p->bucket != bno)
+			continue;
+		if (p->publish == PUBLISH_NEVER)
+			return;
+		if (p->namelen != namelen ||
+			memcmp(p->name, VARDATA_ANY(lock_name), namelen) != 0 ||
+			root == NULL || !ItemPointerIsValid(root) || token <= 0 ||
+			DlockRelFileNumberIsNew(rel))
+		{
+			p->publish = PUBLISH_NEVER;
+			return;
+		}
+		p->publish = PUBLISH_READY;
+		p->subid = GetCurrentSubTransactionId();
+		p->relid = RelationGetRelid(rel);
+		p->relnumber = DlockRelFileNumber(rel);
+		p->token = token;
+		p->root = *root;
+		return;
+	}
+}
+
+/*
+ * DlockFenceCacheOpenAll marks every name as changing until the current
+ * top-level transaction ends (a purge, or more names than a transaction
+ * remembers).  Nothing without the cache; cannot raise.
+ */
+void
+DlockFenceCacheOpenAll(void)
+{
+	fence_changes++;
+	if (fence_shared == NULL || pending_all)
+		return;
+	Assert(IsTransactionState());
+	pending_all = true;
+	(void) pg_atomic_fetch_add_u32(&fence_shared->open_all, 1);
+}
+
+/*
+ * DlockFenceCacheChanges returns how many changes of lease tokens or rows
+ * this backend has opened so far (with the cache or without it): a value
+ * that moves whenever the backend itself changed a token, for the fence's
+ * one check per lock in a statement (fence.c).
+ */
+uint64
+DlockFenceCacheChanges(void)
+{
+	return fence_changes;
+}
+
+/*
+ * DlockFenceCacheSubXactEnd (xact.c calls it) forgets, when a
+ * subtransaction rolls back, the writes recorded in it or in any
+ * subtransaction under it (those have greater ids: they began after it,
+ * while it was open): the name's row is no longer as they left it, so its
+ * bucket publishes nothing.  The bucket stays open until the top level
+ * ends.
+ */
+void
+DlockFenceCacheSubXactEnd(SubXactEvent event, SubTransactionId mySubid)
+{
+	int			i;
+
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i].publish == PUBLISH_READY &&
+			pending[i].subid >= mySubid)
+			pending[i].publish = PUBLISH_NEVER;
+	}
+}
+
+/*
+ * fence_publish writes what p recorded into its bucket b (spinlock held,
+ * version odd): replaces the name's entry, else takes an empty entry, one
+ * of an older epoch, or the next victim.  The bucket's other entries stay:
+ * this transaction changed no other name of it.
+ */
+static void
+fence_publish(FenceBucket *b, const FencePending *p)
+{
+	int			way = -1;
+	int			i;
+	volatile FenceEntry *e;
+
+	for (i = 0; i < FENCE_WAYS; i++)
+	{
+		e = &b->entries[i];
+		if (b->st.s.tags[i] == p->tag && e->dbid == MyDatabaseId &&
+			e->relid == p->relid && e->relnumber == p->relnumber &&
+			e->namelen == p->namelen &&
+			memcmp((const char *) e->name, p->name, p->namelen) == 0)
+		{
+			if (way < 0)
+				way = i;
+			else
+			{
+				b->st.s.tags[i] = 0;	/* a second entry of the name */
+				e->dbid = InvalidOid;
+			}
+		}
+	}
+	for (i = 0; i < FENCE_WAYS && way < 0; i++)
+	{
+		if (b->st.s.tags[i] == 0 || b->entries[i].epoch != p->epoch)
+			way = i;
+	}
+	if (way < 0)
+	{
+		way = b->st.s.victim;
+		b->st.s.victim = (way + 1) % FENCE_WAYS;
+	}
+	e = &b->entries[way];
+	e->dbid = MyDatabaseId;
+	e->relid = p->relid;
+	e->relnumber = p->relnumber;
+	e->namelen = p->namelen;
+	e->epoch = p->epoch;
+	e->token = p->token;
+	*(ItemPointer) &e->root = p->root;
+	memcpy((char *) e->name, p->name, p->namelen);
+	b->st.s.tags[way] = p->tag;
+}
+
+/*
+ * fence_close closes what the ending transaction opened: under each
+ * bucket's spinlock, bumps its version and either publishes the one name
+ * the transaction changed there (when it committed and nothing else
+ * opened or closed the bucket since it opened it: design.md §12) or clears
+ * the bucket's entries, then decrements its open count; bumps the epoch
+ * before decrementing the global count.  Runs after the transaction's
+ * changes became visible.
+ */
+static void
+fence_close(bool commit)
+{
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		FencePending *p = &pending[i];
+		FenceBucket *b = &fence_buckets[p->bucket];
+		bool		may_publish = commit && !pending_all &&
+			p->publish == PUBLISH_READY;
+		uint32		version;
+		int			way;
+
+		SpinLockAcquire(&b->st.s.mutex);
+		version = pg_atomic_read_u32(&b->st.s.version);
+		Assert((version & 1) == 0);
+		pg_atomic_write_u32(&b->st.s.version, version + 1);
+		pg_write_barrier();
+		if (may_publish && version == p->version &&
+			pg_atomic_read_u32(&b->st.s.open) == 1 &&
+			pg_atomic_read_u32(&fence_shared->open_all) == 0 &&
+			pg_atomic_read_u64(&fence_shared->epoch) == p->epoch)
+			fence_publish(b, p);
+		else
+		{
+			for (way = 0; way < FENCE_WAYS; way++)
+			{
+				b->st.s.tags[way] = 0;
+				b->entries[way].dbid = InvalidOid;
+			}
+		}
+		pg_write_barrier();
+		pg_atomic_write_u32(&b->st.s.version, version + 2);
+		SpinLockRelease(&b->st.s.mutex);
+		Assert(pg_atomic_read_u32(&b->st.s.open) > 0);
+		(void) pg_atomic_fetch_sub_u32(&b->st.s.open, 1);
+	}
+	npending = 0;
+	if (pending_all)
+	{
+		(void) pg_atomic_fetch_add_u64(&fence_shared->epoch, 1);
+		Assert(pg_atomic_read_u32(&fence_shared->open_all) > 0);
+		(void) pg_atomic_fetch_sub_u32(&fence_shared->open_all, 1);
+		pending_all = false;
+	}
+}
+
+/*
+ * DlockFenceCacheXactEnd (xact.c calls it) closes, when the top-level transaction ends
+ * (after ProcArrayEndTransaction), what it opened; leaves it open for good
+ * when it was prepared; and before a session with dlock.fence_cache = off
+ * or session_replication_role = replica (logical replication's apply)
+ * commits or prepares a transaction that wrote, opens the global count.
+ */
+void
+DlockFenceCacheXactEnd(XactEvent event)
+{
+	if (fence_shared == NULL)
+		return;
+	switch (event)
+	{
+		case XACT_EVENT_PRE_COMMIT:
+		case XACT_EVENT_PRE_PREPARE:
+			if ((!dlock_fence_cache ||
+				 SessionReplicationRole == SESSION_REPLICATION_ROLE_REPLICA) &&
+				TransactionIdIsValid(GetTopTransactionIdIfAny()))
+				DlockFenceCacheOpenAll();
+			break;
+		case XACT_EVENT_COMMIT:
+			if (npending > 0 || pending_all)
+				fence_close(true);
+			break;
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			if (npending > 0 || pending_all)
+				fence_close(false);
+			break;
+		case XACT_EVENT_PREPARE:
+			/* visible at COMMIT PREPARED, anywhere: stay open until restart */
+			npending = 0;
+			pending_all = false;
+			break;
+		default:
+			break;
+	}
+	Assert(event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE ||
+		   event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
+		   (npending == 0 && !pending_all));
+}
