@@ -29,6 +29,7 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/spin.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 
 #include "compat.h"
@@ -36,27 +37,39 @@
 #include "fence_cache.h"
 #include "fence_cache_int.h"
 
-/* Buckets one transaction remembers before it opens the global count. */
-#define FENCE_MAX_PENDING	64
+/*
+ * Names one transaction remembers before it opens the global count (a set
+ * acquire of thousands of names publishes them all), and how many fit
+ * without allocating.
+ */
+#define FENCE_MAX_PENDING	4096
+#define FENCE_LOCAL_PENDING 64
 
-/* What a pending bucket can publish when its transaction commits. */
+/* What a name's record holds. */
 typedef enum FencePublish
 {
-	PUBLISH_NOTHING_YET,		/* opened for one name, no write recorded */
-	PUBLISH_READY,				/* that name's last write is recorded */
-	PUBLISH_NEVER				/* two names, or a write it cannot publish */
+	PUBLISH_NOTHING_YET,		/* opened, no write recorded */
+	PUBLISH_READY,				/* the name's last write is recorded */
+	PUBLISH_NEVER				/* a write it cannot publish, or rolled back */
 } FencePublish;
 
 /*
- * A bucket this backend's transaction opened (closed at its end), and what
- * it may publish then: the name it was opened for, and that name's row as
- * the transaction's last write left it (design.md §12, "Publishing").
+ * A name this backend's transaction opened, and what it may publish when
+ * the transaction commits: the name's row as the transaction's last write
+ * left it (design.md §12, "Publishing").  The names of one bucket form a
+ * chain from the one whose open incremented the bucket's count (the
+ * opener), which also keeps what the close compares.
  */
 typedef struct FencePending
 {
 	int			bucket;
-	uint32		version;		/* the bucket's version read after opening */
-	uint64		epoch;			/* the global epoch read then */
+	int			next;			/* the chain's next name, or -1 */
+	bool		opener;			/* incremented the bucket's open count */
+	bool		clear_only;		/* opener: a name of the bucket it could not
+								 * record (too long): clear at the close */
+	uint32		version;		/* opener: the bucket's version, read after
+								 * the increment */
+	uint64		epoch;			/* opener: the global epoch, read then */
 	FencePublish publish;
 	SubTransactionId subid;		/* the subtransaction of the last write */
 	Oid			relid;			/* the lease table */
@@ -69,18 +82,99 @@ typedef struct FencePending
 } FencePending;
 
 /* What this backend's transaction opened (closed at its end). */
-static FencePending pending[FENCE_MAX_PENDING];
+static FencePending local_pending[FENCE_LOCAL_PENDING];
+static FencePending *pending = local_pending;	/* or in TopMemoryContext */
 static int	npending = 0;
+static int	max_pending = FENCE_LOCAL_PENDING;
 static bool pending_all = false;
 
 /* Changes this backend opened, ever (DlockFenceCacheChanges). */
 static uint64 fence_changes = 0;
 
 /*
+ * fence_pending_grow makes room for more names in the list of opened ones
+ * (four times as many, up to FENCE_MAX_PENDING), in TopMemoryContext;
+ * returns false, keeping the list, when it may not grow or memory is
+ * short.  Cannot raise.
+ */
+static bool
+fence_pending_grow(void)
+{
+	int			n = Min(max_pending * 4, FENCE_MAX_PENDING);
+	FencePending *grown;
+
+	if (n <= max_pending)
+		return false;
+	grown = MemoryContextAllocExtended(TopMemoryContext,
+									   n * sizeof(FencePending),
+									   MCXT_ALLOC_NO_OOM);
+	if (grown == NULL)
+		return false;
+	memcpy(grown, pending, npending * sizeof(FencePending));
+	if (pending != local_pending)
+		pfree(pending);
+	pending = grown;
+	max_pending = n;
+	return true;
+}
+
+/*
+ * fence_pending_reset empties the list of opened names, freeing what
+ * fence_pending_grow took.
+ */
+static void
+fence_pending_reset(void)
+{
+	npending = 0;
+	if (pending != local_pending)
+	{
+		pfree(pending);
+		pending = local_pending;
+		max_pending = FENCE_LOCAL_PENDING;
+	}
+}
+
+/*
+ * fence_opener returns the index of the opener of bucket bno in the list,
+ * or -1 when this transaction has not opened it.
+ */
+static int
+fence_opener(int bno)
+{
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i].opener && pending[i].bucket == bno)
+			return i;
+	}
+	return -1;
+}
+
+/*
+ * fence_find returns the index of lock_name's record in the chain that
+ * starts at the opener first, or -1.
+ */
+static int
+fence_find(int first, text *lock_name)
+{
+	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
+	int			i;
+
+	for (i = first; i >= 0; i = pending[i].next)
+	{
+		if (pending[i].namelen == namelen &&
+			memcmp(pending[i].name, VARDATA_ANY(lock_name), namelen) == 0)
+			return i;
+	}
+	return -1;
+}
+
+/*
  * DlockFenceCacheOpen marks lock_name's bucket as changing until the
- * current top-level transaction ends.  Call it before modifying a lease
- * row in a way that changes its token or its existence.  Nothing without
- * the cache; cannot raise.
+ * current top-level transaction ends, and starts the name's record.  Call
+ * it before modifying a lease row in a way that changes its token or its
+ * existence.  Nothing without the cache; cannot raise.
  */
 void
 DlockFenceCacheOpen(text *lock_name)
@@ -88,7 +182,7 @@ DlockFenceCacheOpen(text *lock_name)
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	int			bno;
 	uint32		tag;
-	int			i;
+	int			first;
 	FencePending *p;
 
 	fence_changes++;
@@ -96,34 +190,43 @@ DlockFenceCacheOpen(text *lock_name)
 		return;					/* the global count covers every bucket */
 	Assert(IsTransactionState());
 	bno = DlockFenceBucketOf(lock_name, &tag);
-	for (i = 0; i < npending; i++)
+	first = fence_opener(bno);
+	if (first >= 0 && namelen > FENCE_NAME_BYTES)
 	{
-		p = &pending[i];
-		if (p->bucket != bno)
-			continue;
-		/* a second name in the bucket: publish nothing there */
-		if (p->namelen != namelen ||
-			memcmp(p->name, VARDATA_ANY(lock_name), namelen) != 0)
-			p->publish = PUBLISH_NEVER;
+		pending[first].clear_only = true;
 		return;
 	}
-	if (npending == FENCE_MAX_PENDING)
+	if (first >= 0 && fence_find(first, lock_name) >= 0)
+		return;
+	if (npending == max_pending && !fence_pending_grow())
 	{
 		DlockFenceCacheOpenAll();
 		return;
 	}
-	p = &pending[npending++];
+	p = &pending[npending];
 	p->bucket = bno;
 	p->tag = tag;
 	p->publish = PUBLISH_NOTHING_YET;
 	p->namelen = 0;
+	p->clear_only = false;
 	if (namelen <= FENCE_NAME_BYTES)
 	{
 		p->namelen = (uint16) namelen;
 		memcpy(p->name, VARDATA_ANY(lock_name), namelen);
 	}
 	else
-		p->publish = PUBLISH_NEVER;
+		p->clear_only = true;
+	if (first >= 0)
+	{
+		/* the bucket is open already: into its chain */
+		p->opener = false;
+		p->next = pending[first].next;
+		pending[first].next = npending++;
+		return;
+	}
+	p->opener = true;
+	p->next = -1;
+	npending++;
 
 	/*
 	 * A full barrier, then what the bucket's version and the epoch are: a
@@ -138,49 +241,43 @@ DlockFenceCacheOpen(text *lock_name)
 /*
  * DlockFenceCachePublish records that this transaction's latest write of
  * lock_name's row in the lease table rel left token and root (the TID of
- * the root of the row's HOT chain; invalid when not known), for its
- * bucket's close to publish if the transaction commits and nothing else
- * touched the bucket meanwhile (fence_close).  Call it after every write
- * of the row by dlock, whether or not that write opened the bucket: a
- * name whose bucket this transaction did not open changes nothing here.
- * Cannot raise.
+ * the root of the row's HOT chain; NULL when it is no root), for the
+ * close to publish if the transaction commits and nothing else touched the
+ * bucket meanwhile (fence_close).  Call it after every write of a row by
+ * dlock, whether or not that write opened the name: a name this
+ * transaction did not open changed neither its token nor its place, and
+ * needs no record.  Cannot raise.
  */
 void
 DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
 					   ItemPointer root)
 {
-	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	uint32		tag;
-	int			bno;
+	int			first;
 	int			i;
+	FencePending *p;
 
 	if (fence_shared == NULL || pending_all)
 		return;
-	bno = DlockFenceBucketOf(lock_name, &tag);
-	for (i = 0; i < npending; i++)
+	first = fence_opener(DlockFenceBucketOf(lock_name, &tag));
+	i = first >= 0 ? fence_find(first, lock_name) : -1;
+	if (i < 0)
+		return;
+	p = &pending[i];
+	if (p->publish == PUBLISH_NEVER)
+		return;
+	if (root == NULL || !ItemPointerIsValid(root) || token <= 0 ||
+		DlockRelFileNumberIsNew(rel))
 	{
-		FencePending *p = &pending[i];
-
-		if (p->bucket != bno)
-			continue;
-		if (p->publish == PUBLISH_NEVER)
-			return;
-		if (p->namelen != namelen ||
-			memcmp(p->name, VARDATA_ANY(lock_name), namelen) != 0 ||
-			root == NULL || !ItemPointerIsValid(root) || token <= 0 ||
-			DlockRelFileNumberIsNew(rel))
-		{
-			p->publish = PUBLISH_NEVER;
-			return;
-		}
-		p->publish = PUBLISH_READY;
-		p->subid = GetCurrentSubTransactionId();
-		p->relid = RelationGetRelid(rel);
-		p->relnumber = DlockRelFileNumber(rel);
-		p->token = token;
-		p->root = *root;
+		p->publish = PUBLISH_NEVER;
 		return;
 	}
+	p->publish = PUBLISH_READY;
+	p->subid = GetCurrentSubTransactionId();
+	p->relid = RelationGetRelid(rel);
+	p->relnumber = DlockRelFileNumber(rel);
+	p->token = token;
+	p->root = *root;
 }
 
 /*
@@ -236,12 +333,11 @@ DlockFenceCacheSubXactEnd(SubXactEvent event, SubTransactionId mySubid)
 
 /*
  * fence_publish writes what p recorded into its bucket b (spinlock held,
- * version odd): replaces the name's entry, else takes an empty entry, one
- * of an older epoch, or the next victim.  The bucket's other entries stay:
- * this transaction changed no other name of it.
+ * version odd), as of the global epoch epoch: replaces the name's entry,
+ * else takes an empty entry, one of an older epoch, or the next victim.
  */
 static void
-fence_publish(FenceBucket *b, const FencePending *p)
+fence_publish(FenceBucket *b, const FencePending *p, uint64 epoch)
 {
 	int			way = -1;
 	int			i;
@@ -266,7 +362,7 @@ fence_publish(FenceBucket *b, const FencePending *p)
 	}
 	for (i = 0; i < FENCE_WAYS && way < 0; i++)
 	{
-		if (b->st.s.tags[i] == 0 || b->entries[i].epoch != p->epoch)
+		if (b->st.s.tags[i] == 0 || b->entries[i].epoch != epoch)
 			way = i;
 	}
 	if (way < 0)
@@ -279,7 +375,7 @@ fence_publish(FenceBucket *b, const FencePending *p)
 	e->relid = p->relid;
 	e->relnumber = p->relnumber;
 	e->namelen = p->namelen;
-	e->epoch = p->epoch;
+	e->epoch = epoch;
 	e->token = p->token;
 	*(ItemPointer) &e->root = p->root;
 	memcpy((char *) e->name, p->name, p->namelen);
@@ -287,13 +383,34 @@ fence_publish(FenceBucket *b, const FencePending *p)
 }
 
 /*
+ * fence_may_publish reports whether the bucket whose opener is first may
+ * publish its names, as far as this backend can tell: the transaction
+ * committed, opened nothing globally, and recorded the last write of every
+ * name it opened there.  The bucket's part is checked under its spinlock.
+ */
+static bool
+fence_may_publish(int first, bool commit)
+{
+	int			i;
+
+	if (!commit || pending_all || pending[first].clear_only)
+		return false;
+	for (i = first; i >= 0; i = pending[i].next)
+	{
+		if (pending[i].publish != PUBLISH_READY)
+			return false;
+	}
+	return true;
+}
+
+/*
  * fence_close closes what the ending transaction opened: under each
- * bucket's spinlock, bumps its version and either publishes the one name
- * the transaction changed there (when it committed and nothing else
- * opened or closed the bucket since it opened it: design.md §12) or clears
- * the bucket's entries, then decrements its open count; bumps the epoch
- * before decrementing the global count.  Runs after the transaction's
- * changes became visible.
+ * bucket's spinlock, bumps its version and either publishes the names the
+ * transaction changed there (when it committed and nothing else opened or
+ * closed the bucket since it opened it: design.md §12, "Publishing") or
+ * clears the bucket's entries, then decrements its open count; bumps the
+ * epoch before decrementing the global count.  Runs after the
+ * transaction's changes became visible.
  */
 static void
 fence_close(bool commit)
@@ -303,12 +420,15 @@ fence_close(bool commit)
 	for (i = 0; i < npending; i++)
 	{
 		FencePending *p = &pending[i];
-		FenceBucket *b = &fence_buckets[p->bucket];
-		bool		may_publish = commit && !pending_all &&
-			p->publish == PUBLISH_READY;
+		FenceBucket *b;
+		bool		may_publish;
 		uint32		version;
 		int			way;
 
+		if (!p->opener)
+			continue;
+		b = &fence_buckets[p->bucket];
+		may_publish = fence_may_publish(i, commit);
 		SpinLockAcquire(&b->st.s.mutex);
 		version = pg_atomic_read_u32(&b->st.s.version);
 		Assert((version & 1) == 0);
@@ -318,7 +438,12 @@ fence_close(bool commit)
 			pg_atomic_read_u32(&b->st.s.open) == 1 &&
 			pg_atomic_read_u32(&fence_shared->open_all) == 0 &&
 			pg_atomic_read_u64(&fence_shared->epoch) == p->epoch)
-			fence_publish(b, p);
+		{
+			int			j;
+
+			for (j = i; j >= 0; j = pending[j].next)
+				fence_publish(b, &pending[j], p->epoch);
+		}
 		else
 		{
 			for (way = 0; way < FENCE_WAYS; way++)
@@ -333,7 +458,7 @@ fence_close(bool commit)
 		Assert(pg_atomic_read_u32(&b->st.s.open) > 0);
 		(void) pg_atomic_fetch_sub_u32(&b->st.s.open, 1);
 	}
-	npending = 0;
+	fence_pending_reset();
 	if (pending_all)
 	{
 		(void) pg_atomic_fetch_add_u64(&fence_shared->epoch, 1);
@@ -376,7 +501,7 @@ DlockFenceCacheXactEnd(XactEvent event)
 			break;
 		case XACT_EVENT_PREPARE:
 			/* visible at COMMIT PREPARED, anywhere: stay open until restart */
-			npending = 0;
+			fence_pending_reset();
 			pending_all = false;
 			break;
 		default:

@@ -178,6 +178,17 @@ cmp_ok($r3, '>', $r2, 'the grant that commits draws a greater token');
 is(write_pub(2, $r3), '', 'and is accepted');
 sql(q{SELECT dlock_acquire('pub:1', '1 hour')});	# live again, for part 3's purge
 
+# A set of 300 names in one transaction publishes them all (more buckets
+# than a backend remembers without allocating); dlock_check reads as the
+# 'latest' fence does.
+sql(q{CREATE TABLE pubm AS
+  SELECT i, dlock_acquire('pubm:' || i, '1 hour') AS t FROM generate_series(1, 300) i});
+sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name LIKE 'pubm:%'});
+is(sql(q{SELECT count(*) FROM pubm WHERE dlock_check('pubm:' || i, t) = t}),
+	'300', 'a transaction that acquired 300 names published every one');
+is(write_sqlstate(q{SET dlock.fence_cache = off; SELECT dlock_check('pubm:1', t) FROM pubm WHERE i = 1}),
+	'55T01', 'the index holds the hand edit (the control)');
+
 # Part 3 (before part 2, on the cache of 1024 names): the 'live' fence
 # finds the row through the cache's hint of where it is.  An index a DBA
 # added on expires_at makes every renewal a non-HOT update, which moves the
