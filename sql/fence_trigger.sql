@@ -445,6 +445,33 @@ SELECT count(*) AS name_locks_after_set FROM my_name_locks;
 COMMIT;
 SELECT count(dlock_release(lock_name, token)) = :budget + 8 AS set_released
   FROM dlock_lease WHERE lock_name LIKE 'budget:%';
+--
+-- a trigger's parsed arguments are kept across statements, and follow the
+-- table's changes: a renamed template column makes the next statement
+-- fail (22023); a template column dropped and added again is read at its
+-- new place
+--
+CREATE TABLE cfg (id int PRIMARY KEY, k text, fence_token bigint);
+SELECT dlock_acquire('cfg:a', '1 hour') AS tcfg \gset
+CREATE TRIGGER f BEFORE INSERT OR UPDATE ON cfg FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('cfg:{k}', 'fence_token');
+INSERT INTO cfg VALUES (1, 'a', :tcfg);
+PREPARE cfg_upd AS UPDATE cfg SET fence_token = fence_token WHERE id = 1;
+EXECUTE cfg_upd;
+EXECUTE cfg_upd;
+ALTER TABLE cfg RENAME COLUMN k TO k2;
+EXECUTE cfg_upd;
+\echo :LAST_ERROR_SQLSTATE
+ALTER TABLE cfg RENAME COLUMN k2 TO k;
+EXECUTE cfg_upd;
+ALTER TABLE cfg DROP COLUMN k;
+ALTER TABLE cfg ADD COLUMN k text;
+INSERT INTO cfg (id, k, fence_token) VALUES (2, 'a', :tcfg);
+INSERT INTO cfg (id, k, fence_token) VALUES (3, 'b', :tcfg);
+\echo :LAST_ERROR_SQLSTATE
+SELECT id, k FROM cfg ORDER BY id;
+DEALLOCATE cfg_upd;
+DROP TABLE cfg;
 DROP VIEW my_name_locks;
 DROP EXTENSION pgrowlocks;
 

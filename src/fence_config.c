@@ -26,11 +26,13 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 #include "compat.h"
 #include "dlock.h"
 #include "fence_int.h"
+#include "store_int.h"
 
 /*
  * DlockFenceParseMode parses a fencing mode's name into *mode; returns false when
@@ -155,21 +157,79 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 }
 
 /*
- * DlockFenceGetConfig returns the parsed arguments of the trigger firing now,
- * from fn_extra when this statement already parsed them.  Raises 39P01 for
- * a wrong argument count and 22023 for arguments that cannot work.
+ * The parsed arguments of recently fired triggers, kept across statements
+ * in a small table indexed by the trigger's OID, each in a memory context
+ * of its own: parsing looks columns and types up in the catalogs, which a
+ * single-row UPDATE would otherwise pay at every execution.  An entry
+ * serves while no relcache invalidation of any relation has come since it
+ * was made (DlockStoreRelcacheInvals): every change of a table's columns or
+ * triggers sends one for the table, processed when the statement locks it,
+ * before its triggers fire.
  */
-FenceConfig *
-DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
-{
-	FenceConfig *config = (FenceConfig *) fcinfo->flinfo->fn_extra;
-	Trigger    *trigger = trigdata->tg_trigger;
-	Relation	rel = trigdata->tg_relation;
-	MemoryContext oldcxt;
-	Form_pg_attribute tokatt;
+#define FENCE_CONFIG_SLOTS 16
 
-	if (config != NULL && config->tgoid == trigger->tgoid)
-		return config;
+typedef struct FenceConfigSlot
+{
+	Oid			tgoid;			/* InvalidOid: empty */
+	Oid			relid;
+	uint64		invals;			/* DlockStoreRelcacheInvals when made */
+	MemoryContext cxt;			/* holds config */
+	FenceConfig *config;		/* the parsed part only */
+} FenceConfigSlot;
+
+static FenceConfigSlot config_slots[FENCE_CONFIG_SLOTS];
+
+/*
+ * fence_config_copy returns a copy of the parsed part of src in the
+ * current memory context, with empty buffers and nothing passed yet: what
+ * one statement then uses and changes.
+ */
+static FenceConfig *
+fence_config_copy(const FenceConfig *src)
+{
+	FenceConfig *dst = palloc0(sizeof(FenceConfig));
+	int			i;
+
+	dst->tgoid = src->tgoid;
+	dst->mode = src->mode;
+	dst->has_columns = src->has_columns;
+	dst->token_attnum = src->token_attnum;
+	dst->token_attname = pstrdup(src->token_attname);
+	dst->nsegments = src->nsegments;
+	dst->segments = palloc0(sizeof(FenceSegment) * src->nsegments);
+	for (i = 0; i < src->nsegments; i++)
+	{
+		const FenceSegment *from = &src->segments[i];
+		FenceSegment *to = &dst->segments[i];
+
+		if (from->literal != NULL)
+		{
+			to->literal = pstrdup(from->literal);
+			continue;
+		}
+		to->attname = pstrdup(from->attname);
+		to->attnum = from->attnum;
+		to->typid = from->typid;
+		fmgr_info_copy(&to->outfunc, unconstify(FmgrInfo *, &from->outfunc),
+					   CurrentMemoryContext);
+	}
+	initStringInfo(&dst->name);
+	initStringInfo(&dst->old_name);
+	initStringInfo(&dst->passed_name);
+	dst->passed_valid = false;
+	return dst;
+}
+
+/*
+ * fence_config_parse parses the arguments of trigger on rel into a new
+ * FenceConfig in the current memory context.  Raises 39P01 for a wrong
+ * argument count and 22023 for arguments that cannot work.
+ */
+static FenceConfig *
+fence_config_parse(Trigger *trigger, Relation rel)
+{
+	FenceConfig *config;
+	Form_pg_attribute tokatt;
 
 	if (trigger->tgnargs != 2 && trigger->tgnargs != 3)
 		ereport(ERROR,
@@ -178,7 +238,6 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 						"dlock_fence", trigger->tgnargs),
 				 errhint("Use dlock_fence(lock name template, token column [, 'latest' | 'live' | 'seen']).")));
 
-	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
 	config = palloc0(sizeof(FenceConfig));
 	config->tgoid = trigger->tgoid;
 
@@ -200,10 +259,54 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 									 format_type_be(tokatt->atttypid)));
 
 	fence_parse_template(config, trigger, rel, trigger->tgargs[0]);
-	initStringInfo(&config->name);
-	initStringInfo(&config->old_name);
-	initStringInfo(&config->passed_name);
-	config->passed_valid = false;
+	return config;
+}
+
+/*
+ * DlockFenceGetConfig returns the parsed arguments of the trigger firing
+ * now, for this statement: from fn_extra when this statement already has
+ * them, else a copy of those kept from an earlier statement
+ * (config_slots), else parsed now (and kept).  Raises 39P01 for a wrong
+ * argument count and 22023 for arguments that cannot work.
+ */
+FenceConfig *
+DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
+{
+	FenceConfig *config = (FenceConfig *) fcinfo->flinfo->fn_extra;
+	Trigger    *trigger = trigdata->tg_trigger;
+	Relation	rel = trigdata->tg_relation;
+	FenceConfigSlot *slot = &config_slots[trigger->tgoid % FENCE_CONFIG_SLOTS];
+	uint64		invals = DlockStoreRelcacheInvals();
+	MemoryContext oldcxt;
+
+	if (config != NULL && config->tgoid == trigger->tgoid)
+		return config;
+
+	if (slot->tgoid != trigger->tgoid || slot->relid != RelationGetRelid(rel) ||
+		slot->invals != invals)
+	{
+		FenceConfig *parsed = fence_config_parse(trigger, rel);
+		MemoryContext cxt;
+
+		/* parsed: kept, in a context of its own */
+		cxt = AllocSetContextCreate(CacheMemoryContext, "dlock fence config",
+									ALLOCSET_SMALL_SIZES);
+		oldcxt = MemoryContextSwitchTo(cxt);
+		config = fence_config_copy(parsed);
+		MemoryContextSwitchTo(oldcxt);
+		if (slot->cxt != NULL)
+			MemoryContextDelete(slot->cxt);
+		slot->cxt = cxt;
+		slot->config = config;
+		slot->tgoid = trigger->tgoid;
+		slot->relid = RelationGetRelid(rel);
+		slot->invals = invals;
+	}
+	Assert(slot->config->tgoid == trigger->tgoid);
+
+	oldcxt = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+	config = fence_config_copy(slot->config);
+	MemoryContextSwitchTo(oldcxt);
 
 	/* a statement has no row to take a column's value from */
 	if (TRIGGER_FIRED_BY_TRUNCATE(trigdata->tg_event) && config->has_columns)
@@ -212,7 +315,6 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 						   errdetail("Template \"%s\" names columns, but TRUNCATE has no row to take their values from.",
 									 trigger->tgargs[0]));
 
-	MemoryContextSwitchTo(oldcxt);
 	fcinfo->flinfo->fn_extra = config;
 	return config;
 }

@@ -29,7 +29,10 @@ typedef struct FenceSegment
 	FmgrInfo	outfunc;		/* the column type's output function */
 } FenceSegment;
 
-/* A trigger's parsed arguments, cached in fn_extra for one statement. */
+/*
+ * A trigger's parsed arguments and one statement's state, in fn_extra for one
+ * statement (the parsed part is kept across statements: fence_config.c).
+ */
 typedef struct FenceConfig
 {
 	Oid			tgoid;			/* the trigger these are for */
