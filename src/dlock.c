@@ -38,6 +38,7 @@ _PG_init(void)
 {
 	DlockLeaseInit();
 	DlockFenceCacheInit();
+	DlockFenceCacheWriteInit();
 	DlockAsyncReleaseInit();
 	DlockStatsInit();
 	DlockEventsInit();

@@ -31,6 +31,7 @@
 
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
@@ -189,6 +190,9 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 	ticket->bucket = -1;
 	if (fence_shared == NULL || !dlock_fence_cache ||
 		namelen > FENCE_NAME_BYTES)
+		return false;
+	/* WAL replay changes leases without opening anything: no hit, no fill */
+	if (RecoveryInProgress())
 		return false;
 	/* a relfilenode this transaction made may never be committed */
 	if (DlockRelFileNumberIsNew(rel))

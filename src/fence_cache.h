@@ -36,8 +36,9 @@ typedef struct DlockFenceCacheTicket
 	Oid			relnumber;		/* its relfilenode */
 } DlockFenceCacheTicket;
 
-/* its settings and shared memory (_PG_init) */
+/* its settings and shared memory, and its COMMIT PREPARED hook (_PG_init) */
 extern void DlockFenceCacheInit(void);
+extern void DlockFenceCacheWriteInit(void);
 
 /* the end of a transaction or subtransaction (xact.c) */
 extern void DlockFenceCacheXactEnd(XactEvent event);

@@ -26,9 +26,11 @@
 
 #include "access/xact.h"
 #include "commands/trigger.h"
+#include "nodes/parsenodes.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/spin.h"
+#include "tcop/utility.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 
@@ -87,6 +89,8 @@ static FencePending *pending = local_pending;	/* or in TopMemoryContext */
 static int	npending = 0;
 static int	max_pending = FENCE_LOCAL_PENDING;
 static bool pending_all = false;
+
+static ProcessUtility_hook_type prev_utility_hook = NULL;
 
 /* Changes this backend opened, ever (DlockFenceCacheChanges). */
 static uint64 fence_changes = 0;
@@ -510,4 +514,48 @@ DlockFenceCacheXactEnd(XactEvent event)
 	Assert(event == XACT_EVENT_PRE_COMMIT || event == XACT_EVENT_PRE_PREPARE ||
 		   event == XACT_EVENT_PARALLEL_PRE_COMMIT ||
 		   (npending == 0 && !pending_all));
+}
+
+/*
+ * fence_utility_hook opens the global count before COMMIT PREPARED, in
+ * the transaction that runs it: the prepared transaction's changes become
+ * visible in it, and its close bumps the epoch after that.  The buckets
+ * that transaction opened before its PREPARE are still open when the
+ * server has run since, but not after a restart, which rebuilt the cache
+ * with every count at zero (and a fill may have stored the tokens it is
+ * about to replace).  Then runs the statement (the previous hook, or
+ * standard_ProcessUtility).
+ */
+static void
+fence_utility_hook(PlannedStmt *pstmt, const char *queryString,
+				   bool readOnlyTree, ProcessUtilityContext context,
+				   ParamListInfo params, QueryEnvironment *queryEnv,
+				   DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+
+	if (fence_shared != NULL && IsA(stmt, TransactionStmt) &&
+		((TransactionStmt *) stmt)->kind == TRANS_STMT_COMMIT_PREPARED &&
+		IsTransactionState())
+		DlockFenceCacheOpenAll();
+	if (prev_utility_hook)
+		prev_utility_hook(pstmt, queryString, readOnlyTree, context,
+						  params, queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/*
+ * DlockFenceCacheWriteInit installs fence_utility_hook (chaining the
+ * previous ProcessUtility_hook) when dlock is being preloaded, the only
+ * way the cache exists; _PG_init calls it.
+ */
+void
+DlockFenceCacheWriteInit(void)
+{
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+	prev_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = fence_utility_hook;
 }

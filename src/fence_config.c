@@ -4,7 +4,8 @@
  *	  A fenced table's configuration, from the dlock_fence trigger's
  *	  arguments: the mode, the token column and the lock name template
  *	  (split by template.c, its columns looked up in the table), and the
- *	  lock name of a row (design.md §1).
+ *	  lock name of a row (design.md §1).  The parsed arguments are kept
+ *	  across statements (config_slots) until any relcache invalidation.
  *
  * Concurrency: none of its own; it reads the trigger's relation, which
  * the firing statement has locked, and its catalog entries.

@@ -487,8 +487,10 @@ DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *r
 	{
 		DlockFenceCacheOpen(lock_name);
 		lease_insert_index_entries(la, update_indexes);
-		row->root = newslot->tts_tid;	/* the new version starts a chain */
 	}
+	/* not HOT (a summarizing index's insert alone is HOT): a new chain */
+	if (DlockUpdateMovedRoot(update_indexes))
+		row->root = newslot->tts_tid;
 
 	/*
 	 * What the row is now, for the cache to publish if this transaction

@@ -31,9 +31,11 @@
 # another client takes the lease over and the cache entry is invalidated
 # between a check's read and its fill), and write the name's row with their
 # token; an AFTER trigger logs every accepted write with a sequence number
-# (commit order per row, as in 003_fence_stress.pl).  Checked: per row the
-# accepted tokens never decrease, and an accepted token is never older
-# than the lease's token seen right after it.  No timing is asserted.
+# (commit order per row, as in 003_fence_stress.pl) and the lease's token
+# that a BEFORE trigger read just before the fence checked.  Checked: per
+# row the accepted tokens never decrease, and no accepted token is older
+# than the lease's token committed before its check (which a stale cache
+# hit would show).  No timing is asserted.
 #
 # Copyright (c) 2026, the dlock authors
 
@@ -235,12 +237,28 @@ CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct2 FOR EACH ROW
   EXECUTE FUNCTION dlock_fence('race:{id}', 'fence_token', 'latest');
 CREATE SEQUENCE write_log_seq;
 CREATE TABLE write_log (seq bigint PRIMARY KEY, id int NOT NULL,
-                        token bigint NOT NULL, lease_token bigint);
+                        token bigint NOT NULL, lease_token bigint,
+                        pre_lease bigint);
+-- the lease's token read right before the fence checks (a BEFORE trigger
+-- that fires first, by name): a newer committed token than the write's
+-- means the fence must reject it, so an accepted write below it is a
+-- stale answer
+CREATE FUNCTION pre_lease() RETURNS trigger LANGUAGE plpgsql AS \$\$
+BEGIN
+  PERFORM set_config('dlock_test.pre_lease',
+    coalesce((SELECT token FROM dlock_leases
+               WHERE lock_name = 'race:' || NEW.id)::text, ''), true);
+  RETURN NEW;
+END
+\$\$;
+CREATE TRIGGER a_pre_lease BEFORE UPDATE ON acct2 FOR EACH ROW
+  EXECUTE FUNCTION pre_lease();
 CREATE FUNCTION log_write() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN
   INSERT INTO write_log
   VALUES (nextval('write_log_seq'), NEW.id, NEW.fence_token,
-          (SELECT token FROM dlock_leases WHERE lock_name = 'race:' || NEW.id));
+          (SELECT token FROM dlock_leases WHERE lock_name = 'race:' || NEW.id),
+          nullif(current_setting('dlock_test.pre_lease', true), '')::bigint);
   RETURN NULL;
 END
 \$\$;
@@ -313,6 +331,10 @@ SELECT count(*) FROM (
 	'per row, accepted tokens in commit order never decrease');
 is(sql(q{SELECT count(*) FROM write_log WHERE NOT lease_token >= token}),
 	'0', 'the lease\'s token is never older than an accepted token');
+is(sql(q{SELECT count(*) FROM write_log WHERE pre_lease IS NULL}),
+	'0', 'every accepted write knows the lease token read before its check');
+is(sql(q{SELECT count(*) FROM write_log WHERE token < pre_lease}),
+	'0', 'no accepted token is older than the lease token committed before its check');
 is(sql(q{SELECT count(*) FROM outcome WHERE outcome = 'accepted'}),
 	sql(q{SELECT count(*) FROM write_log}),
 	'every accepted write is logged, and nothing else');
