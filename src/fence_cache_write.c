@@ -6,12 +6,14 @@
  *	  writes of lease rows record (DlockFenceCachePublish, forgotten when a
  *	  subtransaction rolls back), and its close at the end of the
  *	  top-level transaction (DlockFenceCacheXactEnd, called by xact.c):
- *	  under each opened bucket's spinlock, publishing the token of the one
- *	  name a committed transaction changed there, or clearing the bucket.
+ *	  under each opened bucket's spinlock, publishing the tokens of the
+ *	  names a committed transaction changed there, or clearing the bucket.
  *	  The buckets themselves, and the readers, are fence_cache.c's.
  *
- * Owns the backend-local list of opened buckets and their records, and
- * the count of changes this backend opened (DlockFenceCacheChanges).
+ * Owns the backend-local list of opened names and their records (with
+ * the index of each bucket's first name, opener_hash), the COMMIT
+ * PREPARED hook, and the count of changes this backend opened
+ * (DlockFenceCacheChanges).
  *
  * Concurrency: the protocol is fence_cache.c's (design.md §12; why a
  * published token is the newest: its "Publishing").  Opens are atomic
@@ -67,6 +69,7 @@ typedef struct FencePending
 	int			bucket;
 	int			next;			/* the chain's next name, or -1 */
 	bool		opener;			/* incremented the bucket's open count */
+	int			hslot;			/* opener: its place in opener_hash */
 	bool		clear_only;		/* opener: a name of the bucket it could not
 								 * record (too long): clear at the close */
 	uint32		version;		/* opener: the bucket's version, read after
@@ -88,6 +91,20 @@ static FencePending local_pending[FENCE_LOCAL_PENDING];
 static FencePending *pending = local_pending;	/* or in TopMemoryContext */
 static int	npending = 0;
 static int	max_pending = FENCE_LOCAL_PENDING;
+
+/*
+ * Where each opened bucket's opener is in the list: an open-addressing
+ * table of bucket numbers (linear probing; an entry is the opener's index
+ * + 1, 0 when free), twice as large as the list can grow, emptied entry by
+ * entry when the list is, so that a transaction of thousands of names
+ * finds a bucket's opener without scanning the list.
+ */
+#define FENCE_OPENER_HASH	(2 * FENCE_MAX_PENDING)
+static uint16 opener_hash[FENCE_OPENER_HASH];
+
+StaticAssertDecl(FENCE_MAX_PENDING < PG_UINT16_MAX &&
+				 (FENCE_OPENER_HASH & (FENCE_OPENER_HASH - 1)) == 0,
+				 "opener_hash holds list indexes + 1 and is a power of 2");
 static bool pending_all = false;
 
 static ProcessUtility_hook_type prev_utility_hook = NULL;
@@ -129,6 +146,13 @@ fence_pending_grow(void)
 static void
 fence_pending_reset(void)
 {
+	int			i;
+
+	for (i = 0; i < npending; i++)
+	{
+		if (pending[i].opener)
+			opener_hash[pending[i].hslot] = 0;
+	}
 	npending = 0;
 	if (pending != local_pending)
 	{
@@ -139,20 +163,34 @@ fence_pending_reset(void)
 }
 
 /*
+ * fence_opener_slot returns where bucket bno's search in opener_hash
+ * starts.
+ */
+static inline uint32
+fence_opener_slot(int bno)
+{
+	return ((uint32) bno * 2654435761U) & (FENCE_OPENER_HASH - 1);
+}
+
+/*
  * fence_opener returns the index of the opener of bucket bno in the list,
  * or -1 when this transaction has not opened it.
  */
 static int
 fence_opener(int bno)
 {
-	int			i;
+	uint32		h = fence_opener_slot(bno);
 
-	for (i = 0; i < npending; i++)
+	for (;; h = (h + 1) & (FENCE_OPENER_HASH - 1))
 	{
-		if (pending[i].opener && pending[i].bucket == bno)
+		int			i = (int) opener_hash[h] - 1;
+
+		if (i < 0)
+			return -1;
+		Assert(i < npending && pending[i].opener);
+		if (pending[i].bucket == bno)
 			return i;
 	}
-	return -1;
 }
 
 /*
@@ -230,6 +268,10 @@ DlockFenceCacheOpen(text *lock_name)
 	}
 	p->opener = true;
 	p->next = -1;
+	p->hslot = fence_opener_slot(bno);
+	while (opener_hash[p->hslot] != 0)
+		p->hslot = (p->hslot + 1) & (FENCE_OPENER_HASH - 1);
+	opener_hash[p->hslot] = (uint16) (npending + 1);
 	npending++;
 
 	/*
