@@ -303,7 +303,8 @@ DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
 	int			i;
 	FencePending *p;
 
-	if (fence_shared == NULL || pending_all)
+	/* a renew or release of a name nothing opened: no hash on this path */
+	if (fence_shared == NULL || pending_all || npending == 0)
 		return;
 	first = fence_opener(DlockFenceBucketOf(lock_name, &tag));
 	i = first >= 0 ? fence_find(first, lock_name) : -1;

@@ -16,8 +16,9 @@
 #   none       the trigger disabled.
 #
 # Reported: none's time / the side's time (as a throughput ratio), and
-# cold / published.  Sides alternate (A B C, C B A, ...) for BENCH_TP_RUNS
-# rounds, VACUUM before each pass.  On the preload cluster only.  Sourced
+# cold / published.  Sides alternate (bench_alternate: a warm-up pass each,
+# then A B C, C B A, ...) for BENCH_TP_RUNS rounds, VACUUM before each
+# pass.  On the preload cluster only.  Sourced
 # by bench/run.
 
 [ "$BENCH_CLUSTER" = preload ] || return 0
@@ -58,8 +59,9 @@ END
 \$\$;
 SQL
 
-# first_side SIDE I: pass I of SIDE, its time in the run's file as "ms N".
-first_side() {
+# bench_side SIDE SECONDS (for bench_alternate; SECONDS unused): one pass of
+# SIDE, its time in the run's file as "ms N".
+bench_side() {
     local ms
     bench_sql -c "CALL regrant()" >/dev/null
     case $1 in
@@ -73,17 +75,9 @@ first_side() {
     bench_sql -c "VACUUM acct" -c "VACUUM dlock_lease" -c CHECKPOINT >/dev/null
     ms=$(bench_sql -c "SELECT round(first_pass()::numeric, 1)")
     [ "$1" != none ] || bench_sql -c "ALTER TABLE acct ENABLE TRIGGER fence" >/dev/null
-    printf 'ms %s\n' "$ms" >"$BENCH_DIR/$BENCH_CLUSTER-$BENCH_WORKLOAD-$1-$2.out"
+    printf 'ms %s\n' "$ms" >"$BENCH_RUN"
 }
-first_sides=(published cold none)
-for ((i = 1; i <= BENCH_TP_RUNS; i++)); do
-    order=("${first_sides[@]}")
-    if ((i % 2 == 0)); then
-        order=()
-        for side in "${first_sides[@]}"; do order=("$side" "${order[@]}"); done
-    fi
-    for side in "${order[@]}"; do first_side "$side" "$i"; done
-done
+bench_alternate "$BENCH_TP_RUNS" 1 published cold none
 
 # The fence checked something: a stale token is rejected with 55T01.
 out=$(psql -X -q -d dlock_first -v VERBOSITY=verbose \
@@ -105,4 +99,4 @@ bench_row "First writes: unfenced / fenced time, the cache emptied after the gra
     "$(bench_ratio "$ms_none" "$ms_cold") ($(bench_ratio_spread none cold ms))"
 bench_row "First writes: published / cold time (the publish's saving)" \
     "$(bench_ratio "$ms_pub" "$ms_cold") ($(bench_ratio_spread published cold ms))"
-bench_note "First writes (54-fence-first): one backend updates each of $first_rows rows of acct once (a PL/pgSQL loop, one UPDATE per row, timed in the server), each row under its own lock acct:{id} fenced in mode 'latest', right after every name was broken and acquired again (1000 per transaction) and the new tokens stored with the trigger disabled. Sides: published (the cache as the grants left it), cold (emptied after the grants by a write of a session with dlock.fence_cache = off), none (trigger disabled); VACUUM and CHECKPOINT before each pass; $BENCH_TP_RUNS alternating rounds."
+bench_note "First writes (54-fence-first): one backend updates each of $first_rows rows of acct once (a PL/pgSQL loop, one UPDATE per row, timed in the server), each row under its own lock acct:{id} fenced in mode 'latest', right after every name was broken and acquired again (1000 per transaction) and the new tokens stored with the trigger disabled. Sides: published (the cache as the grants left it), cold (emptied after the grants by a write of a session with dlock.fence_cache = off), none (trigger disabled); VACUUM and CHECKPOINT before each pass; a warm-up pass per side, then $BENCH_TP_RUNS alternating rounds."
