@@ -114,10 +114,14 @@ is(write_row($b), '', 'dlock.fence_cache_size = 0: the current token is accepted
 sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
 );
 is(write_row($b), '55T01', 'without the cache, a hand edit is seen at once');
-$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 1024\n");
+# The default size, 8192 buckets: the 300 names of part 1b's set fit
+# whatever buckets they hash to (a bucket holds 8 names; with 128 buckets,
+# about one run in ten had a bucket of more than 8 of them, whose names
+# past the eighth evicted others).
+$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 65536\n");
 $node->restart;
 
-# Part 1b, publishing (on the cache of 1024 names): a grant that commits
+# Part 1b, publishing (on the cache of 65536 names): a grant that commits
 # puts the name's new token into the cache itself, so the first fenced
 # write after it is answered without reading the index.  As in part 1, a
 # hand edit made after the grant shows which answered: the grant's token
@@ -191,7 +195,7 @@ is(sql(q{SELECT count(*) FROM pubm WHERE dlock_check('pubm:' || i, t) = t}),
 is(write_sqlstate(q{SET dlock.fence_cache = off; SELECT dlock_check('pubm:1', t) FROM pubm WHERE i = 1}),
 	'55T01', 'the index holds the hand edit (the control)');
 
-# Part 3 (before part 2, on the cache of 1024 names): the 'live' fence
+# Part 3 (before part 2, on the cache of 65536 names): the 'live' fence
 # finds the row through the cache's hint of where it is.  An index a DBA
 # added on expires_at makes every renewal a non-HOT update, which moves the
 # row and must drop the hint (the bucket is opened); VACUUM then removes
