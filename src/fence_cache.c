@@ -8,8 +8,10 @@
  *	  cache cannot answer, the fence reads the index (DlockLeaseFenceRead).
  *
  * Owns the shared memory and its layout (fence_cache_int.h): the buckets
- * (FENCE_WAYS entries each, keyed exactly: database, the lease table's OID
- * and relfilenode, the whole name), their open counts, versions and
+ * (FENCE_WAYS slots of a cache line each; an entry, keyed exactly by
+ * database, the lease table's OID and relfilenode and the whole name, takes
+ * one slot, or two for a name longer than FENCE_HEAD_NAME_BYTES), their
+ * open counts, versions and
  * spinlocks, the global open count and epoch; the settings; and the
  * readers' side, the lookup and the fill after a miss.  The writers' side
  * (opening buckets, recording writes, publishing or clearing at a
@@ -112,6 +114,7 @@ fence_shmem_init(void)
 								   fence_shmem_size(), &found);
 	fence_buckets = (FenceBucket *) ((char *) fence_shared +
 									 CACHELINEALIGN(sizeof(FenceCacheShared)));
+	Assert((uintptr_t) fence_buckets % PG_CACHE_LINE_SIZE == 0);
 	if (found)
 	{
 		Assert(fence_shared->nbuckets == nbuckets);
@@ -173,8 +176,8 @@ bool
 DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 				   ItemPointer root, DlockFenceCacheTicket *ticket)
 {
-	const char *name = VARDATA_ANY(lock_name);
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
+	FenceKey	key;
 	int			bno;
 	FenceBucket *b;
 	uint32		open;
@@ -202,6 +205,12 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 	bno = DlockFenceBucketOf(lock_name, &tag);
 	b = &fence_buckets[bno];
 
+	key.relid = ticket->relid;
+	key.relnumber = ticket->relnumber;
+	key.tag = tag;
+	key.namelen = namelen;
+	key.name = VARDATA_ANY(lock_name);
+
 	/* first whether a change is open, then the versions, then the entries */
 	open = pg_atomic_read_u32(&b->st.s.open);
 	open_all = pg_atomic_read_u32(&fence_shared->open_all);
@@ -213,14 +222,10 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 	pg_read_barrier();
 	for (i = 0; i < FENCE_WAYS; i++)
 	{
-		volatile FenceEntry *e = &b->entries[i];
+		volatile FenceEntry *e = &b->slots[i].e;
 
-		if (((volatile uint32 *) b->st.s.tags)[i] != tag)
-			continue;
-		if (e->dbid == MyDatabaseId && e->relid == ticket->relid &&
-			e->relnumber == ticket->relnumber && e->namelen == namelen &&
-			e->epoch == epoch &&
-			memcmp((const char *) e->name, name, namelen) == 0)
+		if (((volatile uint32 *) b->st.s.tags)[i] == tag &&
+			fence_entry_is(b, i, &key) && e->epoch == epoch)
 		{
 			tok = e->token;
 			tid = *(ItemPointer) &e->root;
@@ -261,8 +266,8 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 {
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	FenceBucket *b;
-	int			i;
-	int			way = -1;
+	FenceKey	key;
+	int			way;
 
 	if (ticket->bucket < 0)
 		return;
@@ -282,36 +287,159 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 		return;
 	}
 
-	/* an empty entry, or one of an older epoch, else the next victim */
-	for (i = 0; i < FENCE_WAYS && way < 0; i++)
+	pg_atomic_write_u32(&b->st.s.version, ticket->version + 1);
+	pg_write_barrier();
+	key.relid = ticket->relid;
+	key.relnumber = ticket->relnumber;
+	key.tag = ticket->tag;
+	key.namelen = namelen;
+	key.name = VARDATA_ANY(lock_name);
+	way = DlockFenceTake(b, FENCE_SLOTS_OF(namelen), ticket->epoch);
+	DlockFenceEntrySet(b, way, &key, ticket->epoch, token, root);
+	DlockFenceBucketCheck(b);
+	pg_write_barrier();
+	pg_atomic_write_u32(&b->st.s.version, ticket->version + 2);
+	SpinLockRelease(&b->st.s.mutex);
+}
+
+/*
+ * fence_head_of returns the first slot of the entry that slot way of b
+ * belongs to, or -1 when the slot is empty.  Spinlock held.
+ */
+static int
+fence_head_of(FenceBucket *b, int way)
+{
+	uint32		tag = b->st.s.tags[way];
+
+	if (tag == 0)
+		return -1;
+	if (tag == FENCE_TAG_REST)
 	{
-		if (b->st.s.tags[i] == 0 || b->entries[i].epoch != ticket->epoch)
+		Assert(way > 0 && (b->st.s.tags[way - 1] & 1) != 0);
+		return way - 1;
+	}
+	return way;
+}
+
+/*
+ * DlockFenceTake finds nslots adjacent slots of b for a new entry in the
+ * global epoch epoch and returns the first: the first run of slots that
+ * are empty or hold entries of an older epoch, else the next victim's
+ * (round robin).  Drops every entry with a slot among those it returns.
+ * Spinlock held, version odd.
+ */
+int
+DlockFenceTake(FenceBucket *b, int nslots, uint64 epoch)
+{
+	bool		free[FENCE_WAYS];
+	int			way = -1;
+	int			i;
+
+	Assert(nslots == 1 || nslots == 2);
+	Assert((pg_atomic_read_u32(&b->st.s.version) & 1) != 0);
+	for (i = 0; i < FENCE_WAYS; i++)
+	{
+		int			h = fence_head_of(b, i);
+
+		free[i] = h < 0 || b->slots[h].e.epoch != epoch;
+	}
+	for (i = 0; i + nslots <= FENCE_WAYS && way < 0; i++)
+	{
+		if (free[i] && (nslots == 1 || free[i + 1]))
 			way = i;
 	}
 	if (way < 0)
 	{
 		way = b->st.s.victim;
-		b->st.s.victim = (way + 1) % FENCE_WAYS;
+		if (way + nslots > FENCE_WAYS)
+			way = 0;
+		b->st.s.victim = (way + nslots) % FENCE_WAYS;
 	}
-
-	pg_atomic_write_u32(&b->st.s.version, ticket->version + 1);
-	pg_write_barrier();
+	for (i = way; i < way + nslots; i++)
 	{
-		volatile FenceEntry *e = &b->entries[way];
+		int			h = fence_head_of(b, i);
 
-		e->dbid = MyDatabaseId;
-		e->relid = ticket->relid;
-		e->relnumber = ticket->relnumber;
-		e->namelen = (uint16) namelen;
-		e->epoch = ticket->epoch;
-		e->token = token;
-		*(ItemPointer) &e->root = *root;
-		memcpy((char *) e->name, VARDATA_ANY(lock_name), namelen);
-		((volatile uint32 *) b->st.s.tags)[way] = ticket->tag;
+		if (h >= 0)
+			DlockFenceEntryDrop(b, h);
 	}
-	pg_write_barrier();
-	pg_atomic_write_u32(&b->st.s.version, ticket->version + 2);
-	SpinLockRelease(&b->st.s.mutex);
+	return way;
+}
+
+/*
+ * DlockFenceEntrySet writes key's entry, with its token, root and epoch,
+ * into slot way of b (and the next slot, for a long name): slots that
+ * DlockFenceTake returned, or those of key's own entry.  The tag goes last.
+ * Spinlock held, version odd.
+ */
+void
+DlockFenceEntrySet(FenceBucket *b, int way, const FenceKey *key,
+				   uint64 epoch, int64 token, ItemPointer root)
+{
+	volatile FenceEntry *e = &b->slots[way].e;
+	int			head = Min(key->namelen, FENCE_HEAD_NAME_BYTES);
+
+	Assert(way + FENCE_SLOTS_OF(key->namelen) <= FENCE_WAYS);
+	Assert(key->namelen <= FENCE_NAME_BYTES && (key->tag & 1) != 0);
+	Assert(token > 0 && ItemPointerIsValid(root));
+	Assert((pg_atomic_read_u32(&b->st.s.version) & 1) != 0);
+	e->dbid = MyDatabaseId;
+	e->relid = key->relid;
+	e->relnumber = key->relnumber;
+	e->namelen = (uint16) key->namelen;
+	e->epoch = epoch;
+	e->token = token;
+	*(ItemPointer) &e->root = *root;
+	memcpy((char *) e->name, key->name, head);
+	if (key->namelen > head)
+	{
+		memcpy((char *) b->slots[way + 1].rest, key->name + head,
+			   key->namelen - head);
+		b->st.s.tags[way + 1] = FENCE_TAG_REST;
+	}
+	b->st.s.tags[way] = key->tag;
+}
+
+/*
+ * DlockFenceEntryDrop empties the entry whose first slot is way (both of
+ * its slots, for a long name).  Spinlock held, version odd.
+ */
+void
+DlockFenceEntryDrop(FenceBucket *b, int way)
+{
+	Assert((b->st.s.tags[way] & 1) != 0);
+	Assert((pg_atomic_read_u32(&b->st.s.version) & 1) != 0);
+	if (way + 1 < FENCE_WAYS && b->st.s.tags[way + 1] == FENCE_TAG_REST)
+		b->st.s.tags[way + 1] = 0;
+	b->st.s.tags[way] = 0;
+	b->slots[way].e.dbid = InvalidOid;
+}
+
+/*
+ * DlockFenceBucketCheck asserts the layout of b's slots: a second slot
+ * follows the first slot of an entry whose name is long, and only there.
+ * Spinlock held.
+ */
+void
+DlockFenceBucketCheck(FenceBucket *b)
+{
+#ifdef USE_ASSERT_CHECKING
+	int			i;
+
+	for (i = 0; i < FENCE_WAYS; i++)
+	{
+		uint32		tag = b->st.s.tags[i];
+		bool		long_name = (tag & 1) != 0 &&
+			b->slots[i].e.namelen > FENCE_HEAD_NAME_BYTES;
+
+		Assert(tag == 0 || tag == FENCE_TAG_REST || (tag & 1) != 0);
+		Assert(tag != FENCE_TAG_REST ||
+			   (i > 0 && (b->st.s.tags[i - 1] & 1) != 0 &&
+				b->slots[i - 1].e.namelen > FENCE_HEAD_NAME_BYTES));
+		Assert(!long_name ||
+			   (i + 1 < FENCE_WAYS && b->st.s.tags[i + 1] == FENCE_TAG_REST));
+		Assert((tag & 1) == 0 || b->slots[i].e.namelen <= FENCE_NAME_BYTES);
+	}
+#endif
 }
 
 /*
@@ -325,10 +453,10 @@ DlockFenceCacheInit(void)
 {
 	if (process_shared_preload_libraries_in_progress)
 		DefineCustomIntVariable("dlock.fence_cache_size",
-								"Lock names whose current token the fence cache keeps in shared memory.",
+								"Slots of the fence cache, which keeps the current token of lock names in shared memory.",
 								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
-								"from this cache instead of the lease table's index.  Each name takes "
-								"136 bytes; 0 turns the cache off.",
+								"from this cache instead of the lease table's index.  A name of up to 28 "
+								"bytes takes one slot (72 bytes), a longer one two; 0 turns the cache off.",
 								&dlock_fence_cache_size,
 								65536,
 								0,

@@ -15,47 +15,72 @@
 #ifndef DLOCK_FENCE_CACHE_INT_H
 #define DLOCK_FENCE_CACHE_INT_H
 
+#include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/itemptr.h"
 #include "storage/spin.h"
 
-/* Entries per bucket. */
+/* Slots per bucket (64 bytes each). */
 #define FENCE_WAYS			8
 
-/* The longest lock name an entry holds; longer names are never cached. */
-#define FENCE_NAME_BYTES	88
+/* The bytes of a name an entry's first slot holds */
+#define FENCE_HEAD_NAME_BYTES	28
 
 /*
- * One cached lease: its exact key, its token and where its row is (128
- * bytes; a name of up to 26 bytes is in the entry's first cache line).
+ * The longest lock name an entry holds (its first slot's part and a whole
+ * second slot); longer names are never cached.
+ */
+#define FENCE_NAME_BYTES	(FENCE_HEAD_NAME_BYTES + 64)
+
+/*
+ * One cached lease, in one slot (a cache line): its exact key, its token,
+ * where its row is, and its name when it has at most FENCE_HEAD_NAME_BYTES
+ * bytes.  A longer name's entry takes two adjacent slots, the second
+ * holding the rest of the name (FenceSlot.rest).
  */
 typedef struct FenceEntry
 {
-	Oid			dbid;			/* InvalidOid: empty */
+	int64		token;
+	uint64		epoch;			/* the global epoch it was filled in */
+	Oid			dbid;
 	Oid			relid;			/* the lease table */
 	Oid			relnumber;		/* its relfilenode */
-	uint16		namelen;
-	uint64		epoch;			/* the global epoch it was filled in */
-	int64		token;
 	ItemPointerData root;		/* the root of the row's HOT chain: a hint */
-	char		name[FENCE_NAME_BYTES];
+	uint16		namelen;
+	char		name[FENCE_HEAD_NAME_BYTES];
 } FenceEntry;
 
-StaticAssertDecl(sizeof(FenceEntry) == 128,
-				 "a fence cache entry takes two cache lines");
+typedef union FenceSlot
+{
+	FenceEntry	e;
+	char		rest[64];		/* a long name's second slot */
+} FenceSlot;
+
+StaticAssertDecl(sizeof(FenceEntry) == 64 && sizeof(FenceSlot) == 64,
+				 "a fence cache slot takes one cache line");
+
+/*
+ * A slot's tag: 0 when empty; for an entry's first slot, bits of the name's
+ * hash, always odd; FENCE_TAG_REST (even, so that no lookup matches it) for
+ * the second slot of a long name's entry, whose first slot is the slot
+ * before it.
+ */
+#define FENCE_TAG_REST		2
+
+/* how many slots an entry for a name of namelen bytes takes */
+#define FENCE_SLOTS_OF(namelen) ((namelen) > FENCE_HEAD_NAME_BYTES ? 2 : 1)
 
 /*
  * A bucket's state, in its first cache line: the counters, and a tag per
- * entry (bits of the name's hash, never 0; 0 for an empty entry), so that
- * a lookup reads one entry, the one whose tag matches, and then compares
- * its whole key.
+ * slot, so that a lookup reads one entry, the one whose tag matches, and
+ * then compares its whole key.
  */
 typedef struct FenceBucketState
 {
 	pg_atomic_uint32 open;		/* changes of its names in progress */
 	pg_atomic_uint32 version;	/* bumped by fills and clears; odd: writing */
 	slock_t		mutex;			/* serialises fills and clears */
-	uint8		victim;			/* the entry the next full fill replaces */
+	uint8		victim;			/* the slot the next full fill replaces */
 	uint32		tags[FENCE_WAYS];
 } FenceBucketState;
 
@@ -66,11 +91,51 @@ typedef struct FenceBucket
 		FenceBucketState s;
 		char		pad[64];
 	}			st;
-	FenceEntry	entries[FENCE_WAYS];
+	FenceSlot	slots[FENCE_WAYS];
 } FenceBucket;
 
 StaticAssertDecl(sizeof(FenceBucketState) <= 64,
 				 "a fence cache bucket's state must fit in a cache line");
+StaticAssertDecl(sizeof(FenceBucket) % 64 == 0,
+				 "a fence cache bucket is whole cache lines");
+
+/*
+ * The key of a cached lease (its database is MyDatabaseId's), for the
+ * writers' helpers below.
+ */
+typedef struct FenceKey
+{
+	Oid			relid;
+	Oid			relnumber;
+	uint32		tag;
+	int			namelen;
+	const char *name;
+} FenceKey;
+
+/*
+ * fence_entry_is reports whether the entry whose first slot is way holds
+ * key, in any epoch: its tag, database, table and whole name.  Under the
+ * bucket's spinlock, or by a reader that checks the bucket's version after
+ * (a torn read may then answer anything, but never reads past the bucket).
+ */
+static inline bool
+fence_entry_is(FenceBucket *b, int way, const FenceKey *key)
+{
+	volatile FenceEntry *e = &b->slots[way].e;
+	int			head = Min(key->namelen, FENCE_HEAD_NAME_BYTES);
+
+	Assert(way >= 0 && way < FENCE_WAYS && key->namelen <= FENCE_NAME_BYTES);
+	if (((volatile uint32 *) b->st.s.tags)[way] != key->tag ||
+		e->dbid != MyDatabaseId || e->relid != key->relid ||
+		e->relnumber != key->relnumber || e->namelen != key->namelen ||
+		memcmp((const char *) e->name, key->name, head) != 0)
+		return false;
+	if (key->namelen == head)
+		return true;
+	return way + 1 < FENCE_WAYS &&
+		memcmp((const char *) b->slots[way + 1].rest, key->name + head,
+			   key->namelen - head) == 0;
+}
 
 /* The shared part. */
 typedef struct FenceCacheShared
@@ -88,5 +153,10 @@ extern FenceBucket *fence_buckets;
 extern bool dlock_fence_cache;
 
 extern int	DlockFenceBucketOf(text *lock_name, uint32 *tag);
+extern int	DlockFenceTake(FenceBucket *b, int nslots, uint64 epoch);
+extern void DlockFenceEntrySet(FenceBucket *b, int way, const FenceKey *key,
+							   uint64 epoch, int64 token, ItemPointer root);
+extern void DlockFenceEntryDrop(FenceBucket *b, int way);
+extern void DlockFenceBucketCheck(FenceBucket *b);
 
 #endif							/* DLOCK_FENCE_CACHE_INT_H */

@@ -381,52 +381,33 @@ DlockFenceCacheSubXactEnd(SubXactEvent event, SubTransactionId mySubid)
 /*
  * fence_publish writes what p recorded into its bucket b (spinlock held,
  * version odd), as of the global epoch epoch: replaces the name's entry,
- * else takes an empty entry, one of an older epoch, or the next victim.
+ * else takes slots as a fill does (DlockFenceTake).
  */
 static void
 fence_publish(FenceBucket *b, const FencePending *p, uint64 epoch)
 {
+	FenceKey	key;
 	int			way = -1;
 	int			i;
-	volatile FenceEntry *e;
 
+	key.relid = p->relid;
+	key.relnumber = p->relnumber;
+	key.tag = p->tag;
+	key.namelen = p->namelen;
+	key.name = p->name;
 	for (i = 0; i < FENCE_WAYS; i++)
 	{
-		e = &b->entries[i];
-		if (b->st.s.tags[i] == p->tag && e->dbid == MyDatabaseId &&
-			e->relid == p->relid && e->relnumber == p->relnumber &&
-			e->namelen == p->namelen &&
-			memcmp((const char *) e->name, p->name, p->namelen) == 0)
-		{
-			if (way < 0)
-				way = i;
-			else
-			{
-				b->st.s.tags[i] = 0;	/* a second entry of the name */
-				e->dbid = InvalidOid;
-			}
-		}
-	}
-	for (i = 0; i < FENCE_WAYS && way < 0; i++)
-	{
-		if (b->st.s.tags[i] == 0 || b->entries[i].epoch != epoch)
+		if (!fence_entry_is(b, i, &key))
+			continue;
+		if (way < 0)
 			way = i;
+		else
+			DlockFenceEntryDrop(b, i);	/* a second entry of the name */
 	}
 	if (way < 0)
-	{
-		way = b->st.s.victim;
-		b->st.s.victim = (way + 1) % FENCE_WAYS;
-	}
-	e = &b->entries[way];
-	e->dbid = MyDatabaseId;
-	e->relid = p->relid;
-	e->relnumber = p->relnumber;
-	e->namelen = p->namelen;
-	e->epoch = epoch;
-	e->token = p->token;
-	*(ItemPointer) &e->root = p->root;
-	memcpy((char *) e->name, p->name, p->namelen);
-	b->st.s.tags[way] = p->tag;
+		way = DlockFenceTake(b, FENCE_SLOTS_OF(p->namelen), epoch);
+	DlockFenceEntrySet(b, way, &key, epoch, p->token,
+					   (ItemPointer) &p->root);
 }
 
 /*
@@ -496,9 +477,10 @@ fence_close(bool commit)
 			for (way = 0; way < FENCE_WAYS; way++)
 			{
 				b->st.s.tags[way] = 0;
-				b->entries[way].dbid = InvalidOid;
+				b->slots[way].e.dbid = InvalidOid;
 			}
 		}
+		DlockFenceBucketCheck(b);
 		pg_write_barrier();
 		pg_atomic_write_u32(&b->st.s.version, version + 2);
 		SpinLockRelease(&b->st.s.mutex);

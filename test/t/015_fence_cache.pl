@@ -21,16 +21,19 @@
 #
 # Part 1b, a grant publishes its token: see below.
 #
+# Part 4, the slots (run before part 2): see below.
+#
 # Part 3, the 'live' fence's hint (run before part 2): an index on
 # expires_at makes renewals move the row (not HOT); live writes between
 # them, after a purge and a VACUUM that truncates the table's end, all find
 # the row; after a break they are rejected.
 #
-# Part 2, takeovers and fenced writes, concurrently.  Eight pgbench clients
-# acquire one of four names with a short ttl, pause (often past it, so that
-# another client takes the lease over and the cache entry is invalidated
-# between a check's read and its fill), and write the name's row with their
-# token; an AFTER trigger logs every accepted write with a sequence number
+# Part 2, takeovers and fenced writes, concurrently, on a cache of one
+# bucket (part 4's).  Eight pgbench clients acquire one of six names (three
+# of one slot, three of two: more than the bucket holds) with a short ttl,
+# pause (often past it, so that another client takes the lease over and the
+# cache entry is invalidated between a check's read and its fill), and
+# write the name's row with their token; an AFTER trigger logs every accepted write with a sequence number
 # (commit order per row, as in 003_fence_stress.pl) and the lease's token
 # that a BEFORE trigger read just before the fence checked.  Checked: per
 # row the accepted tokens never decrease, and no accepted token is older
@@ -115,13 +118,13 @@ sql(q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'cache:1'}
 );
 is(write_row($b), '55T01', 'without the cache, a hand edit is seen at once');
 # The default size, 8192 buckets: the 300 names of part 1b's set fit
-# whatever buckets they hash to (a bucket holds 8 names; with 128 buckets,
-# about one run in ten had a bucket of more than 8 of them, whose names
-# past the eighth evicted others).
+# whatever buckets they hash to (a bucket holds 8 short names; with 128
+# buckets, about one run in ten had a bucket of more than 8 of them, whose
+# names past the eighth evicted others).
 $node->append_conf('postgresql.conf', "dlock.fence_cache_size = 65536\n");
 $node->restart;
 
-# Part 1b, publishing (on the cache of 65536 names): a grant that commits
+# Part 1b, publishing (on the cache of 65536 slots): a grant that commits
 # puts the name's new token into the cache itself, so the first fenced
 # write after it is answered without reading the index.  As in part 1, a
 # hand edit made after the grant shows which answered: the grant's token
@@ -195,7 +198,7 @@ is(sql(q{SELECT count(*) FROM pubm WHERE dlock_check('pubm:' || i, t) = t}),
 is(write_sqlstate(q{SET dlock.fence_cache = off; SELECT dlock_check('pubm:1', t) FROM pubm WHERE i = 1}),
 	'55T01', 'the index holds the hand edit (the control)');
 
-# Part 3 (before part 2, on the cache of 65536 names): the 'live' fence
+# Part 3 (before part 2, on the cache of 65536 slots): the 'live' fence
 # finds the row through the cache's hint of where it is.  An index a DBA
 # added on expires_at makes every renewal a non-HOT update, which moves the
 # row and must drop the hint (the bucket is opened); VACUUM then removes
@@ -229,16 +232,82 @@ sql(q{SELECT dlock_break('hint:1')});
 is(write_sqlstate($live_write), '55T01', 'a live write after a break is rejected');
 sql(q{DROP INDEX dlock_lease_expires});
 
+# Part 4, the slots, in one bucket (dlock.fence_cache_size = 8: its 8
+# slots).  A name of up to 28 bytes takes one slot, a longer one (up to 92
+# bytes) two adjacent slots; a name of 93 bytes is never cached.  The hand
+# edit of part 1 shows which names the cache holds: a name whose old token
+# is still accepted was answered by the cache.  Each check below that
+# expects a hit comes before any that expects a miss (a miss fills).
+$node->append_conf('postgresql.conf', "dlock.fence_cache_size = 8\n");
+$node->restart;
+sql(q{
+CREATE FUNCTION cached(p_name text, p_token bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM dlock_check(p_name, p_token);
+  RETURN true;
+EXCEPTION WHEN SQLSTATE '55T01' THEN
+  RETURN false;
+END
+$$;
+CREATE TABLE slot_name (name text PRIMARY KEY, t bigint);
+});
+# grant(name): acquires name in a transaction of its own (which publishes
+# it), remembers its token in slot_name and returns it.
+sub grant
+{
+	my ($name) = @_;
+	return sql(qq{INSERT INTO slot_name
+  SELECT '$name', dlock_acquire('$name', '1 hour') RETURNING t});
+}
+sub hand_edit
+{
+	sql(qq{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = '$_[0]'});
+}
+sub cached { return sql(qq{SELECT cached(name, t) FROM slot_name WHERE name = '$_[0]'}) }
+
+my @long = map { "slot-long-$_:" . ('x' x 30) } 1 .. 4;
+for my $n (@long)
+{
+	grant($n);
+	hand_edit($n);
+}
+is(join(',', map { cached($_) } @long), 't,t,t,t',
+	'four names of 42 bytes, two slots each, fill the bucket');
+is(write_sqlstate(qq{SET dlock.fence_cache = off; SELECT dlock_check(name, t) FROM slot_name WHERE name = '$long[0]'}),
+	'55T01', 'the index holds the hand edit (the control)');
+grant('slot-s1');
+hand_edit('slot-s1');
+is(join(',', map { cached($_) } 'slot-s1', @long[1 .. 3], $long[0]), 't,t,t,t,f',
+	'a name of 7 bytes took one slot of the victim, the first long name (both its slots dropped); the others stayed');
+
+# One byte more than the longest name cached (its grant clears the bucket:
+# first), then two of the longest, which differ in their last byte only
+# (which a lookup compares in the entry's second slot).
+my $n92a = 'a' x 91 . '1';
+my $n92b = 'a' x 91 . '2';
+my $n93 = 'c' x 93;
+grant($n93);
+sql(q{SELECT dlock_acquire('slot-fill:' || i, '1 hour') FROM generate_series(1, 8) i});
+my $ta = grant($n92a);
+my $tb = grant($n92b);
+cmp_ok($tb, '>', $ta, "the second 92-byte name's token is greater");
+hand_edit($_) for ($n92a, $n92b, $n93);
+is(cached($n92a) . ',' . cached($n92b), 't,t',
+	'two names of 92 bytes are cached, and found by their whole names');
+is(cached($n93), 'f', 'a name of 93 bytes is not cached');
+
 # Part 2.
 my $clients = 8;
 my $per_client = 60;
 my $transactions = $clients * $per_client;
-my $rows = 4;
+my $rows = 6;
 
 sql(qq{
-CREATE TABLE acct2 (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TABLE acct2 (id int PRIMARY KEY, k text NOT NULL, val int NOT NULL,
+                    fence_token bigint);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct2 FOR EACH ROW
-  EXECUTE FUNCTION dlock_fence('race:{id}', 'fence_token', 'latest');
+  EXECUTE FUNCTION dlock_fence('{k}', 'fence_token', 'latest');
 CREATE SEQUENCE write_log_seq;
 CREATE TABLE write_log (seq bigint PRIMARY KEY, id int NOT NULL,
                         token bigint NOT NULL, lease_token bigint,
@@ -251,7 +320,7 @@ CREATE FUNCTION pre_lease() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN
   PERFORM set_config('dlock_test.pre_lease',
     coalesce((SELECT token FROM dlock_leases
-               WHERE lock_name = 'race:' || NEW.id)::text, ''), true);
+               WHERE lock_name = NEW.k)::text, ''), true);
   RETURN NEW;
 END
 \$\$;
@@ -261,7 +330,7 @@ CREATE FUNCTION log_write() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN
   INSERT INTO write_log
   VALUES (nextval('write_log_seq'), NEW.id, NEW.fence_token,
-          (SELECT token FROM dlock_leases WHERE lock_name = 'race:' || NEW.id),
+          (SELECT token FROM dlock_leases WHERE lock_name = NEW.k),
           nullif(current_setting('dlock_test.pre_lease', true), '')::bigint);
   RETURN NULL;
 END
@@ -288,10 +357,16 @@ BEGIN
   END;
 END
 \$\$;
-SELECT dlock_acquire('race:' || i, '1 hour') FROM generate_series(1, $rows) i;
+-- three names of one slot, three of two (the last of 92 bytes, the
+-- longest cached): 9 slots, more than the one bucket has
+CREATE TABLE race_name AS
+  SELECT i AS id, CASE WHEN i <= 3 THEN 'race:' || i
+                       ELSE 'race:' || i || ':' || repeat('y', (i - 3) * 28 + 1)
+                  END AS k
+    FROM generate_series(1, $rows) i;
+SELECT dlock_acquire(k, '1 hour') FROM race_name;
 INSERT INTO acct2
-  SELECT i, 0, token FROM generate_series(1, $rows) i
-    JOIN dlock_leases ON lock_name = 'race:' || i;
+  SELECT id, k, 0, token FROM race_name JOIN dlock_leases ON lock_name = k;
 SELECT dlock_release(lock_name, token) FROM dlock_leases WHERE lock_name LIKE 'race:%';
 });
 
@@ -309,7 +384,7 @@ $node->pgbench(
 \\set id random(1, $rows)
 \\set ttl random(5, 40)
 \\set pause random(0, 60)
-SELECT coalesce(dlock_acquire('race:' || :id, :ttl * interval '1 millisecond', interval '20 ms'), 0) AS tok \\gset
+SELECT coalesce(dlock_acquire(k, :ttl * interval '1 millisecond', interval '20 ms'), 0) AS tok FROM race_name WHERE id = :id \\gset
 SELECT fenced_write(:id, :tok);
 \\sleep :pause ms
 SELECT fenced_write(:id, :tok);
