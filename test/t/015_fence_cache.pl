@@ -148,6 +148,12 @@ sub write_pub
 		  . "UPDATE acctp SET val = val + 1, fence_token = $token WHERE id = $id"
 	);
 }
+# The memory docs/sql-reference.md gives for the default size: 72 bytes a
+# slot (a 64-byte slot and an eighth of its bucket's 64-byte header), and
+# the shared part's header line.
+is(sql(q{SELECT size FROM pg_shmem_allocations WHERE name = 'dlock fence cache'}),
+	65536 * 72 + 128, 'the default 65536 slots take 72 bytes each (4.5 MB)');
+
 my $hand_edit = q{UPDATE dlock_lease SET token = token + 1000 WHERE lock_name = 'pub:1'};
 
 my $p = sql(q{SELECT dlock_acquire('pub:1', '1 hour')});
