@@ -403,6 +403,36 @@ DELETE FROM grouped WHERE grp = 1;
 ROLLBACK;
 SELECT grp, count(*) FROM grouped GROUP BY grp ORDER BY grp;
 DROP TABLE grouped;
+-- a row takes the lock name of the row before it only when the template's
+-- columns hold the same bytes: text values, one lock's name a prefix of
+-- the other's
+CREATE TABLE tagged (id int PRIMARY KEY, tag text, fence_token bigint);
+CREATE TRIGGER tagged_fence BEFORE INSERT OR UPDATE ON tagged
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('tag:{tag}', 'fence_token');
+SELECT dlock_acquire('tag:a', '1 min') AS ta \gset
+SELECT dlock_acquire('tag:ab', '1 min') AS tab \gset
+INSERT INTO tagged VALUES (1, 'a', :ta), (2, 'a', :ta), (3, 'ab', :tab), (4, 'a', :ta);
+UPDATE tagged SET fence_token = CASE tag WHEN 'a' THEN :ta ELSE :tab END;
+-- 'tag:a''s token on the third row, under 'tag:ab': rejected
+UPDATE tagged SET fence_token = :ta;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FILTER (WHERE fence_token = CASE tag WHEN 'a' THEN :ta ELSE :tab END)
+       AS rows_kept FROM tagged;
+DROP TABLE tagged;
+-- a column whose text depends on a setting is printed for every row: the
+-- second row's SET changes DateStyle before its trigger fires, so its lock
+-- is 'day:07.12.2026', which nobody acquired
+CREATE TABLE dated (id int PRIMARY KEY, d date, fence_token bigint);
+CREATE TRIGGER dated_fence BEFORE UPDATE ON dated
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('day:{d}', 'fence_token');
+SET datestyle = 'ISO, YMD';
+SELECT dlock_acquire('day:2026-12-07', '1 min') AS td \gset
+INSERT INTO dated VALUES (1, '2026-12-07', :td), (2, '2026-12-07', :td);
+UPDATE dated SET fence_token = :td;
+UPDATE dated SET fence_token = CASE WHEN id = 2 AND
+  set_config('datestyle', 'German', true) IS NOT NULL THEN :td ELSE :td END;
+RESET datestyle;
+DROP TABLE dated;
 
 --
 -- the budget of 'live' name locks

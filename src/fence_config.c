@@ -97,6 +97,18 @@ fence_column(Trigger *trigger, Relation rel, const char *attname,
 }
 
 /*
+ * fence_prints_from_bytes reports whether DlockFenceLockName copies a
+ * column of type typid into the name without its output function, so that
+ * the same bytes always give the same text.
+ */
+static bool
+fence_prints_from_bytes(Oid typid)
+{
+	return typid == INT2OID || typid == INT4OID || typid == INT8OID ||
+		typid == TEXTOID || typid == VARCHAROID;
+}
+
+/*
  * fence_parse_template splits template into literal and column segments of
  * config (DlockTemplateSplit), resolving columns against rel.  Raises 22023
  * for an unclosed or empty {}, a lone } or a missing column.
@@ -155,6 +167,11 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 		fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
 		config->has_columns = true;
 	}
+	config->name_memo_ok = config->has_columns;
+	for (i = 0; i < nparts; i++)
+		if (config->segments[i].literal == NULL &&
+			!fence_prints_from_bytes(config->segments[i].typid))
+			config->name_memo_ok = false;
 }
 
 /*
@@ -194,6 +211,7 @@ fence_config_copy(const FenceConfig *src)
 	dst->tgoid = src->tgoid;
 	dst->mode = src->mode;
 	dst->has_columns = src->has_columns;
+	dst->name_memo_ok = src->name_memo_ok;
 	dst->token_attnum = src->token_attnum;
 	dst->token_attname = pstrdup(src->token_attname);
 	dst->nsegments = src->nsegments;
@@ -218,6 +236,9 @@ fence_config_copy(const FenceConfig *src)
 	initStringInfo(&dst->old_name);
 	initStringInfo(&dst->passed_name);
 	dst->passed_valid = false;
+	dst->name_memo_valid = false;
+	if (dst->name_memo_ok)
+		dst->name_memo = palloc0(sizeof(Datum) * dst->nsegments);
 	return dst;
 }
 
@@ -276,12 +297,15 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 	FenceConfig *config = (FenceConfig *) fcinfo->flinfo->fn_extra;
 	Trigger    *trigger = trigdata->tg_trigger;
 	Relation	rel = trigdata->tg_relation;
-	FenceConfigSlot *slot = &config_slots[trigger->tgoid % FENCE_CONFIG_SLOTS];
-	uint64		invals = DlockStoreRelcacheInvals();
+	FenceConfigSlot *slot;
+	uint64		invals;
 	MemoryContext oldcxt;
 
 	if (config != NULL && config->tgoid == trigger->tgoid)
 		return config;
+
+	slot = &config_slots[trigger->tgoid % FENCE_CONFIG_SLOTS];
+	invals = DlockStoreRelcacheInvals();
 
 	if (slot->tgoid != trigger->tgoid || slot->relid != RelationGetRelid(rel) ||
 		slot->invals != invals)
@@ -349,10 +373,80 @@ DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
 		av = heap_getattr(a, seg->attnum, tupdesc, &anull);
 		bv = heap_getattr(b, seg->attnum, tupdesc, &bnull);
 		if (anull || bnull ||
-			!datumIsEqual(av, bv, att->attbyval, att->attlen))
+			!(att->attbyval ? av == bv :
+			  datumIsEqual(av, bv, false, att->attlen)))
 			return false;
 	}
 	return true;
+}
+
+/*
+ * fence_name_memo_matches reports whether the template's columns of tuple
+ * hold the bytes config->name was built from (none NULL).
+ */
+static bool
+fence_name_memo_matches(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
+{
+	int			i;
+
+	for (i = 0; i < config->nsegments; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		Form_pg_attribute att;
+		bool		isnull;
+		Datum		value;
+
+		if (seg->literal != NULL)
+			continue;
+		att = TupleDescAttr(tupdesc, seg->attnum - 1);
+		value = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
+		if (isnull ||
+			!(att->attbyval ? value == config->name_memo[i] :
+			  datumIsEqual(value, config->name_memo[i], false, att->attlen)))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * fence_name_memo_keep records the template's column values of tuple, from
+ * which config->name was just built (none NULL, or the build raised).
+ */
+static void
+fence_name_memo_keep(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
+{
+	MemoryContext oldcxt;
+	int			i;
+
+	Assert(config->name_memo_ok && !config->name_memo_valid);
+	if (config->name_memo_cxt != NULL)
+		MemoryContextReset(config->name_memo_cxt);
+	for (i = 0; i < config->nsegments; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		Form_pg_attribute att;
+		bool		isnull;
+		Datum		value;
+
+		if (seg->literal != NULL)
+			continue;
+		att = TupleDescAttr(tupdesc, seg->attnum - 1);
+		value = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
+		Assert(!isnull);
+		if (att->attbyval)
+		{
+			config->name_memo[i] = value;
+			continue;
+		}
+		if (config->name_memo_cxt == NULL)
+			config->name_memo_cxt = AllocSetContextCreate(GetMemoryChunkContext(config),
+														  "dlock fence name",
+														  ALLOCSET_SMALL_SIZES);
+		oldcxt = MemoryContextSwitchTo(config->name_memo_cxt);
+		config->name_memo[i] = datumCopy(value, false, att->attlen);
+		MemoryContextSwitchTo(oldcxt);
+	}
+	config->name_memo_valid = true;
 }
 
 /*
@@ -360,7 +454,10 @@ DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
  * statement trigger: tuple is NULL and the template names no column), as a
  * text in buf, one of config's buffers: valid until the next row.  Integer
  * and text columns are copied without their output functions (which give
- * the same text).  Raises 22004 when a column named in the template is
+ * the same text); when all of the template's columns are such, a row whose
+ * columns hold the bytes that config->name was last built from gets that
+ * name again without building it (the many rows of one lock in a
+ * statement).  Raises 22004 when a column named in the template is
  * NULL, 22023 when the name is longer than a lock name may be
  * (DLOCK_MAX_NAME_BYTES, as for every function that takes a name).
  */
@@ -369,9 +466,16 @@ DlockFenceLockName(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
 				   StringInfo buf)
 {
 	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
+	bool		memo = buf == &config->name && config->name_memo_ok;
 	int			i;
 
 	Assert(tuple != NULL || !config->has_columns);
+	if (memo && config->name_memo_valid)
+	{
+		if (fence_name_memo_matches(config, tupdesc, tuple))
+			return (text *) buf->data;
+		config->name_memo_valid = false;
+	}
 	resetStringInfo(buf);
 	appendStringInfoSpaces(buf, VARHDRSZ);	/* the text's header */
 	for (i = 0; i < config->nsegments; i++)
@@ -436,5 +540,7 @@ DlockFenceLockName(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
 						   RelationGetRelationName(trigdata->tg_relation),
 						   buf->len - VARHDRSZ, trigdata->tg_trigger->tgargs[0],
 						   DLOCK_MAX_NAME_BYTES)));
+	if (memo)
+		fence_name_memo_keep(config, tupdesc, tuple);
 	return (text *) buf->data;
 }

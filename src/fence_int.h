@@ -46,6 +46,20 @@ typedef struct FenceConfig
 	StringInfoData old_name;	/* an UPDATE's old row's lock name */
 
 	/*
+	 * The template's column values that name was last built from (one per
+	 * segment; name_memo_valid), so that a row whose columns hold the same
+	 * bytes reuses the name instead of building it again.  Only when every
+	 * column prints from its bytes alone (name_memo_ok: integers, text and
+	 * varchar, which DlockFenceLockName copies without output functions, so
+	 * no setting changes their text); varlena values are copied into
+	 * name_memo_cxt.
+	 */
+	bool		name_memo_ok;
+	bool		name_memo_valid;
+	Datum	   *name_memo;
+	MemoryContext name_memo_cxt;
+
+	/*
 	 * The lock name and token that last passed the fence in this statement
 	 * (mode 'latest' or 'seen'), in subtransaction passed_subxact, when this
 	 * backend's own changes of tokens and marks numbered passed_changes: a
