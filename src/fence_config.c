@@ -167,7 +167,7 @@ fence_parse_template(FenceConfig *config, Trigger *trigger, Relation rel,
 		fmgr_info_cxt(typoutput, &seg->outfunc, CurrentMemoryContext);
 		config->has_columns = true;
 	}
-	config->name_memo_ok = config->has_columns;
+	config->name_memo_ok = true;
 	for (i = 0; i < nparts; i++)
 		if (config->segments[i].literal == NULL &&
 			!fence_prints_from_bytes(config->segments[i].typid))

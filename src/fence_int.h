@@ -51,8 +51,8 @@ typedef struct FenceConfig
 	 * bytes reuses the name instead of building it again.  Only when every
 	 * column prints from its bytes alone (name_memo_ok: integers, text and
 	 * varchar, which DlockFenceLockName copies without output functions, so
-	 * no setting changes their text); varlena values are copied into
-	 * name_memo_cxt.
+	 * no setting changes their text; also a template without columns);
+	 * varlena values are copied into name_memo_cxt.
 	 */
 	bool		name_memo_ok;
 	bool		name_memo_valid;
