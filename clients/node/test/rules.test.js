@@ -2,7 +2,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Dlock, NotAcquired, parseConninfo } from '../src/index.js';
-import { sharedCluster, cleanupAll, now, Child } from './lib/harness.js';
+import { sharedCluster, cleanupAll, now, Child, PATIENCE_MS } from './lib/harness.js';
 import { within } from './lib/checks.js';
 
 after(cleanupAll);
@@ -49,7 +49,7 @@ test('rules: connection strings with several hosts and target_session_attrs', ()
 
 test('rules: nothing of the client keeps the process alive once every lease is released', async () => {
   const child = new Child('exit.js', [sharedCluster().conninfo()]);
-  const done = await child.waitEvent((e) => e.event === 'done', 10000, 'the child to finish its leases');
+  const done = await child.waitEvent((e) => e.event === 'done', PATIENCE_MS, 'the child to finish its leases');
   assert.ok(done.renewals >= 1);
   const { code } = await within(3000, child.exited, 'the child to exit by itself');
   assert.equal(code, 0);

@@ -1,7 +1,7 @@
 // Scenario 1 (docs/clients.md): pause.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { sharedCluster, Child, cleanupAll } from './lib/harness.js';
+import { sharedCluster, Child, cleanupAll, PATIENCE_MS } from './lib/harness.js';
 
 after(cleanupAll);
 
@@ -18,10 +18,10 @@ export async function pauseScenario(env = {}) {
   await cl.query(`CREATE TABLE s1_rows (id serial PRIMARY KEY, writer text, fence_token bigint);
     CREATE TRIGGER s1_fence BEFORE INSERT OR UPDATE ON s1_rows FOR EACH ROW EXECUTE FUNCTION dlock_fence('s1:lock', 'fence_token')`);
   const child = new Child('pause.js', [cl.conninfo(), 's1:lock', '4'], env);
-  const acquired = await child.waitEvent((e) => e.event === 'acquired', 10000, 'the child to acquire');
+  const acquired = await child.waitEvent((e) => e.event === 'acquired', PATIENCE_MS, 'the child to acquire');
   const tokenA = BigInt(acquired.token);
   child.send({ cmd: 'write' });
-  const wrote = await child.waitEvent((e) => e.event === 'wrote', 5000, 'the child to write');
+  const wrote = await child.waitEvent((e) => e.event === 'wrote', PATIENCE_MS, 'the child to write');
   assert.equal(BigInt(wrote.token), tokenA, 'the child writes with its token');
   child.signal('SIGSTOP');
   const stoppedAt = child.events.length;

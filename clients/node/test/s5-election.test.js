@@ -2,7 +2,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Dlock, Election } from '../src/index.js';
-import { sharedCluster, cleanupAll, Child, waitFor } from './lib/harness.js';
+import { sharedCluster, cleanupAll, Child, waitFor, PATIENCE_MS } from './lib/harness.js';
 
 after(cleanupAll);
 
@@ -23,9 +23,9 @@ test('s5 election: the leader is killed, the other takes over with a greater tok
   assert.equal(byPolling.mode, 'poll');
 
   const a = new Child('candidate.js', [cl.conninfo(), name, 'candidate-a', '2']);
-  const la = await a.waitEvent((ev) => ev.event === 'leader', 10000, 'a to lead');
+  const la = await a.waitEvent((ev) => ev.event === 'leader', PATIENCE_MS, 'a to lead');
   const b = new Child('candidate.js', [cl.conninfo(), name, 'candidate-b', '2']);
-  await b.waitEvent((ev) => ev.event === 'campaigning', 10000, 'b to campaign');
+  await b.waitEvent((ev) => ev.event === 'campaigning', PATIENCE_MS, 'b to campaign');
   const current = await e.leader();
   assert.equal(current.owner, 'candidate-a');
   assert.equal(current.token, BigInt(la.token));

@@ -2,7 +2,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Dlock } from '../src/index.js';
-import { startCluster, startStandby, cleanupAll, waitFor, now } from './lib/harness.js';
+import { startCluster, startStandby, cleanupAll, waitFor, now, PATIENCE_MS } from './lib/harness.js';
 
 after(cleanupAll);
 
@@ -17,7 +17,7 @@ test('s8 switchover: primary stopped, standby promoted within a third of the ttl
   await waitFor(async () => {
     const r = await standby.query("SELECT token FROM dlock_leases WHERE lock_name = 's8:lease'");
     return r.rows.length && BigInt(r.rows[0].token) === lease.token;
-  }, 10000, 'the standby to replay the lease');
+  }, PATIENCE_MS, 'the standby to replay the lease');
   const stoppedAt = (await primary.query('SELECT clock_timestamp() AS t')).rows[0].t;
   const t0 = now();
   await primary.stop('fast');

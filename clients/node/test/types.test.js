@@ -11,7 +11,7 @@ import { TESTDIR } from './lib/harness.js';
 test('types: index.d.ts type-checks a typed usage file (tsc --noEmit)', async () => {
   const tsc = path.join(TESTDIR, '..', 'node_modules', 'typescript', 'bin', 'tsc');
   try {
-    await promisify(execFile)(process.execPath, [tsc, '--noEmit', '-p', path.join(TESTDIR, 'types', 'tsconfig.json')], { timeout: 60000 });
+    await promisify(execFile)(process.execPath, [tsc, '--noEmit', '-p', path.join(TESTDIR, 'types', 'tsconfig.json')], { timeout: 300000 });
   } catch (err) {
     assert.fail(`tsc failed:\n${err.stdout}${err.stderr}`);
   }

@@ -17,6 +17,14 @@ export const BINDIR = process.env.DLOCK_PG_BINDIR || '/usr/lib/postgresql/15/bin
 export const WORKDIR = process.env.DLOCK_CLIENT_WORKDIR || '/tmp';
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * How long to wait for a child process or a server to get somewhere (start,
+ * acquire, finish, replay): a wait for progress, not a measure of time.  A
+ * loaded 2-core machine running every server's suites side by side was
+ * seen to take more than 10 s to start a Node child and connect it.
+ */
+export const PATIENCE_MS = 60000;
 export const now = () => performance.now();
 
 /** Polls `fn` until it returns a truthy value (returned), or throws after timeoutMs. */
