@@ -69,6 +69,7 @@ static uint64 mark_changes = 0;
 typedef enum MarkLockResult
 {
 	MARK_LOCKED,				/* the mark is locked; its token read */
+	MARK_ABSENT,				/* no mark is visible: insert one */
 	MARK_UNSURE					/* nothing done: run the SQL statement */
 } MarkLockResult;
 
@@ -79,8 +80,13 @@ typedef enum MarkLockResult
  * text in the "C" collation) with a fresh snapshot, locks the visible
  * version FOR NO KEY UPDATE, waiting, and following a concurrently changed
  * row to its newest version as READ COMMITTED does, sets *token to that
- * version's column att_token, and returns MARK_LOCKED.  Anything
- * else (no row, a row deleted or changed in a way it does not follow, a
+ * version's column att_token, and returns MARK_LOCKED.  When the index
+ * finds no row it returns MARK_ABSENT: the caller inserts the mark, whose
+ * ON CONFLICT waits for a concurrent inserter and then finds nothing to
+ * insert, so the next round locks that row (the statement that locks would
+ * have found nothing either with its own fresh snapshot, but for an
+ * insert that commits in between, which the insert meets the same way).
+ * Anything else (a row deleted or changed in a way it does not follow, a
  * SERIALIZABLE transaction, which needs SSI's predicate locks of the SQL
  * statement) returns MARK_UNSURE and locks nothing new: the caller
  * then runs the SQL statement, which handles every case.  Takes
@@ -130,7 +136,9 @@ mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
 	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	/* no index page stays pinned while the lock below waits */
 	index_endscan(scan);
-	if (found)
+	if (!found)
+		result = MARK_ABSENT;
+	else
 	{
 		ItemPointerData tid = slot->tts_tid;
 		TM_FailureData tmfd;
@@ -188,6 +196,7 @@ mark_check_op(void *arg)
 	{
 		bool		isnull;
 		int64		mark = 0;
+		MarkLockResult direct = MARK_UNSURE;
 		bool		locked;
 		AttrNumber	att_owner;
 		AttrNumber	att_name;
@@ -195,12 +204,15 @@ mark_check_op(void *arg)
 		Oid			markrelid = DlockStoreMarkTable(&att_owner, &att_name,
 													&att_token);
 
-		/* the common case directly, the rest by the statement */
-		locked = (round == 0 &&
-				  mark_lock(markrelid, att_owner, att_name, att_token,
-							m->table_owner, m->lock_name,
-							&mark) == MARK_LOCKED);
-		if (!locked &&
+		/*
+		 * The common cases directly (a mark to lock, or none yet), the rest
+		 * by the statement.
+		 */
+		if (round == 0)
+			direct = mark_lock(markrelid, att_owner, att_name, att_token,
+							   m->table_owner, m->lock_name, &mark);
+		locked = direct == MARK_LOCKED;
+		if (!locked && direct != MARK_ABSENT &&
 			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
 		{
 			mark = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
