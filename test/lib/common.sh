@@ -53,10 +53,11 @@ DLOCK_PACKAGES=(
 DLOCK_QUIET_SERVICES=(prometheus-postgres-exporter patroni etcd-server:etcd)
 
 # What make bench needs besides (bench/run): libpq's headers for its
-# clients, and etcd's client for the comparison of dlock run with etcdctl
+# clients, etcd's client for the comparison of dlock run with etcdctl
 # lock (bench/workloads/90-etcd.sh; its server, etcd-server, is in
-# DLOCK_PACKAGES).
-DLOCK_BENCH_PACKAGES=(libpq-dev etcd-client)
+# DLOCK_PACKAGES), and valgrind, whose callgrind counts the fence's
+# instructions (bench/workloads/56-fence-instructions.sh).
+DLOCK_BENCH_PACKAGES=(libpq-dev etcd-client valgrind)
 
 dlock_say() { printf '%s\n' "$*"; }
 dlock_die() { printf 'dlock: %s\n' "$*" >&2; exit 1; }
