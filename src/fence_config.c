@@ -410,7 +410,9 @@ fence_name_memo_matches(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
 
 /*
  * fence_name_memo_keep records the template's column values of tuple, from
- * which config->name was just built (none NULL, or the build raised).
+ * which config->name was just built (none NULL, or the build raised); it
+ * records nothing when a value is an indirect pointer (which only C code
+ * makes, and whose target may change between rows).
  */
 static void
 fence_name_memo_keep(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
@@ -438,6 +440,10 @@ fence_name_memo_keep(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
 			config->name_memo[i] = value;
 			continue;
 		}
+		/* an indirect pointer's bytes say nothing of the value it points to */
+		if (att->attlen == -1 &&
+			VARATT_IS_EXTERNAL_INDIRECT(DatumGetPointer(value)))
+			return;
 		if (config->name_memo_cxt == NULL)
 			config->name_memo_cxt = AllocSetContextCreate(GetMemoryChunkContext(config),
 														  "dlock fence name",
