@@ -345,6 +345,45 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 }
 
 /*
+ * fence_columns_equal reports whether the template's columns of tuple hold
+ * the same bytes, none of them NULL, as those of tuple other or, when other
+ * is NULL, as values (one per segment).
+ */
+static bool
+fence_columns_equal(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple,
+					HeapTuple other, const Datum *values)
+{
+	int			i;
+
+	for (i = 0; i < config->nsegments; i++)
+	{
+		FenceSegment *seg = &config->segments[i];
+		Form_pg_attribute att;
+		bool		isnull;
+		Datum		v;
+		Datum		w;
+
+		if (seg->literal != NULL)
+			continue;
+		att = TupleDescAttr(tupdesc, seg->attnum - 1);
+		v = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
+		if (isnull)
+			return false;
+		if (other == NULL)
+			w = values[i];
+		else
+		{
+			w = heap_getattr(other, seg->attnum, tupdesc, &isnull);
+			if (isnull)
+				return false;
+		}
+		if (!(att->attbyval ? v == w : datumIsEqual(v, w, false, att->attlen)))
+			return false;
+	}
+	return true;
+}
+
+/*
  * DlockFenceSameColumns reports whether the template's columns hold the
  * same bytes in tuples a and b (none of them NULL): then both rows have the
  * same lock name, and an UPDATE need not build the old row's.  False when
@@ -355,29 +394,8 @@ bool
 DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
 					  HeapTuple a, HeapTuple b)
 {
-	TupleDesc	tupdesc = RelationGetDescr(trigdata->tg_relation);
-	int			i;
-
-	for (i = 0; i < config->nsegments; i++)
-	{
-		FenceSegment *seg = &config->segments[i];
-		Form_pg_attribute att;
-		bool		anull;
-		bool		bnull;
-		Datum		av;
-		Datum		bv;
-
-		if (seg->literal != NULL)
-			continue;
-		att = TupleDescAttr(tupdesc, seg->attnum - 1);
-		av = heap_getattr(a, seg->attnum, tupdesc, &anull);
-		bv = heap_getattr(b, seg->attnum, tupdesc, &bnull);
-		if (anull || bnull ||
-			!(att->attbyval ? av == bv :
-			  datumIsEqual(av, bv, false, att->attlen)))
-			return false;
-	}
-	return true;
+	return fence_columns_equal(config, RelationGetDescr(trigdata->tg_relation),
+							   a, b, NULL);
 }
 
 /*
@@ -387,25 +405,7 @@ DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
 static bool
 fence_name_memo_matches(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
 {
-	int			i;
-
-	for (i = 0; i < config->nsegments; i++)
-	{
-		FenceSegment *seg = &config->segments[i];
-		Form_pg_attribute att;
-		bool		isnull;
-		Datum		value;
-
-		if (seg->literal != NULL)
-			continue;
-		att = TupleDescAttr(tupdesc, seg->attnum - 1);
-		value = heap_getattr(tuple, seg->attnum, tupdesc, &isnull);
-		if (isnull ||
-			!(att->attbyval ? value == config->name_memo[i] :
-			  datumIsEqual(value, config->name_memo[i], false, att->attlen)))
-			return false;
-	}
-	return true;
+	return fence_columns_equal(config, tupdesc, tuple, NULL, config->name_memo);
 }
 
 /*

@@ -40,15 +40,7 @@ fresh_seconds=5
 fresh_sides=(latest live seen noop none grp_latest grp_noop grp_none)
 bench_say "fresh cluster: the fence from a cold start, $fresh_rows rows per side, 8 clients ($BENCH_TP_RUNS alternating runs of $fresh_seconds s per side, no warm-up)"
 
-fresh_dir=$BENCH_DIR/fresh
-rm -rf "$fresh_dir"
-mkdir -p "$fresh_dir"
-[ "$(id -u)" -eq 0 ] && chown "$DLOCK_RUN_USER": "$fresh_dir"
-# This subshell's cluster; the preload cluster's variables are restored
-# when the workload's subshell ends.
-trap 'dlock_cluster_stop' EXIT
-dlock_cluster_start "$fresh_dir" "shared_preload_libraries = 'dlock'" \
-    "synchronous_commit = off"
+bench_own_cluster fresh "shared_preload_libraries = 'dlock'" "synchronous_commit = off"
 
 for side in "${fresh_sides[@]}"; do
     bench_database "fresh_$side"

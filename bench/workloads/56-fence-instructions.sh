@@ -46,13 +46,9 @@ ins_grp_rows=10000
 ins_groups=100
 bench_say "fence instructions: callgrind, one single-user backend per run ($ins_rows single-row UPDATEs twice, $ins_groups 100-row UPDATEs twice, per side)"
 
-ins_dir=$BENCH_DIR/instructions
-rm -rf "$ins_dir"
-mkdir -p "$ins_dir"
-[ "$(id -u)" -eq 0 ] && chown "$DLOCK_RUN_USER": "$ins_dir"
-trap 'dlock_cluster_stop' EXIT
-dlock_cluster_start "$ins_dir" "shared_preload_libraries = 'dlock'" \
+bench_own_cluster instructions "shared_preload_libraries = 'dlock'" \
     "synchronous_commit = off" "autovacuum = off"
+ins_dir=$BENCH_OWN_DIR
 bench_database dlock_ins
 bench_sql >/dev/null <<SQL
 CREATE TABLE s_base AS
