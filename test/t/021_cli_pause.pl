@@ -137,7 +137,11 @@ like($long->{stderr}, qr/not renewed in time.*\n(.*\n)*.*not released: .*expired
 	'long-job: dlock says it was not renewed in time, and not released');
 
 is(dlock_wait($short), 76, 'short-job: dlock exits 76 although CMD exited with 0');
-like($short->{stderr}, qr/lost: dlock could not renew it in time, its deadline passed .*; CMD exited with status 0/,
+# the SIGSTOP may land while a renew is in flight (more often on a loaded
+# machine, where its round trip is longer): then dlock, resumed, reports
+# that renew unanswered at the deadline instead of its own lateness
+like($short->{stderr},
+	qr/lost: (dlock could not renew it in time, its deadline passed .*|the database did not answer the renew before the lease expired); CMD exited with status 0/,
 	"short-job: dlock reports the loss and CMD's status");
 ok(!-e "$dir/short.term", 'short-job: CMD had exited, no SIGTERM');
 
