@@ -18,11 +18,13 @@ from pgcluster import wait_for
 def test_renew_false_loses_the_lease(cluster):
     lost = []
     with dlock.Client(cluster.conninfo) as client:
-        lease = client.lease("loss-broken", ttl=1.5, on_lost=lost.append)
+        # ttl 6: the renew that returns false comes after 2 s, and a loaded
+        # machine answers it long before the deadline (4 s later).
+        lease = client.lease("loss-broken", ttl=6, on_lost=lost.append)
         with pytest.raises(dlock.LeaseLost) as info:
             with lease:
                 assert cluster.one("SELECT dlock_break('loss-broken')") is True
-                assert lease.lost.wait(3), "a renew returning false did not lose the lease"
+                assert lease.lost.wait(12), "a renew returning false did not lose the lease"
                 wait_for(lambda: lost, 2, "the on_lost callback")  # runs after lost is set
                 assert lost[0].reason == "renewed-false"
         assert info.value.reason == "renewed-false"
@@ -45,12 +47,12 @@ def test_release_false_raises(cluster):
 def test_renew_false_cancels_the_body_async(cluster):
     async def main():
         async with dlock.aio.Client(cluster.conninfo) as client:
-            lease = client.lease("loss-broken-async", ttl=1.5)
+            lease = client.lease("loss-broken-async", ttl=6)  # as above
             with pytest.raises(dlock.LeaseLost) as info:
                 async with lease:
                     await asyncio.get_running_loop().run_in_executor(
                         None, cluster.one, "SELECT dlock_break('loss-broken-async')")
-                    await asyncio.sleep(3)
+                    await asyncio.sleep(12)
                     pytest.fail("the body was not cancelled")
             assert info.value.reason == "renewed-false"
             assert lease.confirmed is False

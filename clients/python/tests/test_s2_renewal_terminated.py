@@ -57,15 +57,17 @@ def test_s2_renewal_connection_hung(cluster):
     import os
     import signal
 
-    ttl = 3.0  # after the abandoned attempt (a third of the ttl), a third is left to reconnect
+    # After the abandoned attempt (a third of the ttl), a third is left to
+    # reconnect: 3 s each, which a loaded machine needs (1 s was seen to fail).
+    ttl = 9.0
     with dlock.Client(cluster.conninfo) as client, client.lease("s2-hung", ttl=ttl) as lease:
         token = lease.token
-        wait_for(lambda: lease.renewals >= 1 and client.renewal_pid, 5, "the first renewal")
+        wait_for(lambda: lease.renewals >= 1 and client.renewal_pid, 2 * ttl, "the first renewal")
         pid = client.renewal_pid
         before = lease.renewals
         os.kill(pid, signal.SIGSTOP)
         try:
-            wait_for(lambda: lease.renewals >= before + 2, 15, "renewals on a new connection")
+            wait_for(lambda: lease.renewals >= before + 2, 3 * ttl, "renewals on a new connection")
             lease.check()
             assert lease.token == token and client.renewal_pid not in (None, pid)
         finally:

@@ -183,7 +183,7 @@ def test_s7_cancel_during_waiting_acquire_async(cluster):
 
     async def main():
         async with dlock.aio.Client(cluster.conninfo) as client:
-            holder = client.lease(name, ttl=2)
+            holder = client.lease(name, ttl=30)  # held throughout, on a loaded machine too
             async with holder:
                 waiter = asyncio.create_task(client.lease(name, ttl=5, wait=10).__aenter__())
                 for _ in range(200):
