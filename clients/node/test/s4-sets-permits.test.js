@@ -2,7 +2,7 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { Dlock, NotAcquired } from '../src/index.js';
-import { sharedCluster, cleanupAll, waitFor, sleep, now, functionCalls } from './lib/harness.js';
+import { sharedCluster, cleanupAll, waitFor, sleep, now, functionCalls, PATIENCE_MS } from './lib/harness.js';
 import { within } from './lib/checks.js';
 
 after(cleanupAll);
@@ -17,19 +17,20 @@ test('s4 sets: all-or-none, renewed with one dlock_renew_each per renewal and no
   // All or none: one name held elsewhere, none of the set is taken.
   const other = await cl.client(db);
   const held = (await other.query("SELECT dlock_acquire('s4:b', '30 s') AS token")).rows[0].token;
-  await assert.rejects(d.acquireAll(names, { ttl: 1.5 }), NotAcquired);
+  await assert.rejects(d.acquireAll(names, { ttl: 3 }), NotAcquired);
   const live = (await cl.query("SELECT count(*)::int AS n FROM dlock_leases WHERE lock_name IN ('s4:a', 's4:c') AND live")).rows[0].n;
   assert.equal(live, 0, 'none of the set is held');
   await other.query("SELECT dlock_release('s4:b', $1)", [held]);
   // The whole set, renewed together.
   let renewals;
   let confirmed;
-  await d.withLeases(names, { ttl: 1.5, onRelease: (r) => { confirmed = r.confirmed; } }, async (set) => {
+  // 3 s: a loaded machine keeps it (renewed each second).
+  await d.withLeases(names, { ttl: 3, onRelease: (r) => { confirmed = r.confirmed; } }, async (set) => {
     assert.deepEqual(set.names, names);
     assert.equal(set.tokens.length, 3);
     const rows = (await cl.query('SELECT lock_name, token FROM dlock_leases WHERE lock_name = ANY($1) AND live ORDER BY lock_name', [names])).rows;
     assert.deepEqual(rows.map((r) => [r.lock_name, BigInt(r.token)]), names.map((n, i) => [n, set.tokens[i]]));
-    await waitFor(() => set.renewals >= 3 || set.lost, 5000, 'three renewals of the set');
+    await waitFor(() => set.renewals >= 3 || set.lost, 20000, 'three renewals of the set');
     assert.equal(set.lost, false);
     renewals = set.renewals;
   });
@@ -63,19 +64,24 @@ test('s4 permits: three contenders for two permits, at most two at a time, the t
       await sleep(30);
     }
   })();
-  const contender = (id, holdMs) => d.withPermit('s4:p', { permits: 2, ttl: 2, wait: 10 }, async (p) => {
+  // ttl 3 s, renewed each second: a holds 400 ms, b until c has its permit.
+  const ttl = 3;
+  let cGot;
+  const cHasIt = new Promise((r) => { cGot = r; });
+  const contender = (id, hold) => d.withPermit('s4:p', { permits: 2, ttl, wait: 10 }, async (p) => {
     holding++;
     most = Math.max(most, holding);
-    log[id] = { got: now(), slot: p.slot, name: p.name, token: p.token };
-    await sleep(holdMs);
+    log[id] = { got: now(), slot: p.slot, name: p.name, token: p.token, expiresAt: p.expiresAt.getTime(), holding };
+    await hold();
+    log[id].lastExpiresAt = p.expiresAt.getTime();
     holding--;
     log[id].done = now();
   }).then(() => { log[id].released = now(); });
-  const a = contender('a', 400);
-  const b = contender('b', 1500);
-  await waitFor(() => holding === 2, 5000, 'two holders');
-  const c = contender('c', 100);
-  await within(10000, Promise.all([a, b, c]), 'the three contenders');
+  const a = contender('a', () => sleep(400));
+  const b = contender('b', () => within(PATIENCE_MS, cHasIt, 'the third contender'));
+  await waitFor(() => holding === 2, PATIENCE_MS, 'two holders');
+  const c = contender('c', async () => { cGot(); await sleep(100); });
+  await within(PATIENCE_MS, Promise.all([a, b, c]), 'the three contenders');
   sampling = false;
   await sampler;
   assert.equal(most, 2, 'never more than two holders');
@@ -85,6 +91,10 @@ test('s4 permits: three contenders for two permits, at most two at a time, the t
   assert.ok(log.c.got < log.b.done, 'the third gets the permit the first released, not the second');
   assert.equal(log.c.slot, log.a.slot);
   assert.equal(log.c.name, `s4:p:${log.a.slot}`);
-  assert.ok(log.c.got - log.a.done < 1500, `promptly (${Math.round(log.c.got - log.a.done)} ms)`);
+  // Woken by the release, not by the expiry: granted (the server's clock
+  // just after the grant is its expiresAt less the ttl) before a's lease,
+  // as last granted or renewed, would have expired.
+  assert.ok(log.c.expiresAt - ttl * 1000 < log.a.lastExpiresAt,
+    `granted before a's lease would have expired (${log.c.expiresAt - ttl * 1000 - log.a.lastExpiresAt} ms)`);
   d.close();
 });

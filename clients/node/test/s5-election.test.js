@@ -18,23 +18,24 @@ test('s5 election: the leader is killed, the other takes over with a greater tok
   const collect = async (obs, into) => { for await (const l of obs) into.push(l); };
   const done = [collect(byEvents, seen.events), collect(byPolling, seen.polling)];
   try {
-  await waitFor(() => byEvents.mode && byPolling.mode, 5000, 'the observers to start');
+  await waitFor(() => byEvents.mode && byPolling.mode, PATIENCE_MS, 'the observers to start');
   assert.equal(byEvents.mode, 'listen', 'dlock.notify is on: events are followed');
   assert.equal(byPolling.mode, 'poll');
 
-  const a = new Child('candidate.js', [cl.conninfo(), name, 'candidate-a', '2']);
+  // Candidates with a ttl of 3 s, which a loaded machine renews in time.
+  const a = new Child('candidate.js', [cl.conninfo(), name, 'candidate-a', '3']);
   const la = await a.waitEvent((ev) => ev.event === 'leader', PATIENCE_MS, 'a to lead');
-  const b = new Child('candidate.js', [cl.conninfo(), name, 'candidate-b', '2']);
+  const b = new Child('candidate.js', [cl.conninfo(), name, 'candidate-b', '3']);
   await b.waitEvent((ev) => ev.event === 'campaigning', PATIENCE_MS, 'b to campaign');
   const current = await e.leader();
   assert.equal(current.owner, 'candidate-a');
   assert.equal(current.token, BigInt(la.token));
   a.signal('SIGKILL');
-  const lb = await b.waitEvent((ev) => ev.event === 'leader', 8000, 'b to take over');
+  const lb = await b.waitEvent((ev) => ev.event === 'leader', PATIENCE_MS, 'b to take over');
   assert.ok(BigInt(lb.token) > BigInt(la.token), 'the new leader has a greater token');
   const want = [['candidate-a', BigInt(la.token)], ['candidate-b', BigInt(lb.token)]];
   const got = (list) => list.map((l) => [l.owner, l.token]);
-  await waitFor(() => seen.events.length >= 2 && seen.polling.length >= 2, 5000, 'both observers to see both leaders');
+  await waitFor(() => seen.events.length >= 2 && seen.polling.length >= 2, PATIENCE_MS, 'both observers to see both leaders');
   assert.deepEqual(got(seen.events), want, 'the event observer saw both, once each, in token order');
   assert.deepEqual(got(seen.polling), want, 'the polling observer saw both, once each, in token order');
   assert.equal((await e.leader()).owner, 'candidate-b');

@@ -3,7 +3,7 @@ import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
 import { Dlock, Election } from '../src/index.js';
-import { sharedCluster, cleanupAll, startPgbouncer, waitFor, onCleanup } from './lib/harness.js';
+import { sharedCluster, cleanupAll, startPgbouncer, waitFor, onCleanup, PATIENCE_MS } from './lib/harness.js';
 import { within } from './lib/checks.js';
 
 after(cleanupAll);
@@ -22,8 +22,9 @@ test('s6 pgbouncer in transaction mode: renewals, a confirmed release, a fenced 
   onCleanup(() => pool.end().catch(() => {}));
   const d = new Dlock(pool);
   let released;
-  const token = await d.withLease('s6:lease', { ttl: 1.5, onRelease: (r) => { released = r; } }, async (lease) => {
-    await waitFor(() => lease.renewals >= 3 || lease.lost, 5000, 'three renewals through the pooler');
+  // ttl 3 s: renewed each second through the pooler, in time on a loaded machine too.
+  const token = await d.withLease('s6:lease', { ttl: 3, onRelease: (r) => { released = r; } }, async (lease) => {
+    await waitFor(() => lease.renewals >= 3 || lease.lost, 20000, 'three renewals through the pooler');
     assert.equal(lease.lost, false);
     const r = await lease.fenced(pool, (c) => c.query('INSERT INTO s6_rows (note) VALUES ($1) RETURNING fence_token', ['pooled']));
     assert.equal(BigInt(r.rows[0].fence_token), lease.token, 'the fenced write carries the token');
@@ -35,20 +36,20 @@ test('s6 pgbouncer in transaction mode: renewals, a confirmed release, a fenced 
   assert.equal(row.released, true);
 
   // observe: LISTEN does not work behind the pooler, so it polls.
-  const e = new Election(d, 's6:leader', { ttl: 1.5, owner: 'pooled leader' });
+  const e = new Election(d, 's6:leader', { ttl: 3, owner: 'pooled leader' });
   const ac = new AbortController();
   const obs = e.observe({ signal: ac.signal, pollInterval: 0.2 });
   const seen = [];
   const loop = (async () => { for await (const l of obs) seen.push(l); })();
   onCleanup(() => ac.abort());
-  await waitFor(() => obs.mode, 8000, 'the observer to start');
+  await waitFor(() => obs.mode, PATIENCE_MS, 'the observer to start');
   assert.equal(obs.mode, 'poll', 'the observer falls back to polling');
   const lease = await e.campaign({ wait: 5 });
-  await waitFor(() => seen.length >= 1, 3000, 'the observer to see the leader');
+  await waitFor(() => seen.length >= 1, PATIENCE_MS, 'the observer to see the leader');
   assert.equal(seen[0].token, lease.token);
   assert.equal(seen[0].owner, 'pooled leader');
   assert.deepEqual(await e.resign(), { confirmed: true });
   ac.abort();
-  await within(3000, loop, 'the observer to stop');
+  await within(PATIENCE_MS, loop, 'the observer to stop');
   d.close();
 });

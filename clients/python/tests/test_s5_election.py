@@ -59,9 +59,10 @@ def test_s5_election(cluster, children):
         assert not errors, errors
         assert modes == {"events": "events", "polling": "polling"}
 
-        a = children.spawn("child_candidate.py", cluster.conninfo, NAME, "cand-A", "1.5")
+        # Candidates with a ttl of 3 s, which a loaded machine renews in time.
+        a = children.spawn("child_candidate.py", cluster.conninfo, NAME, "cand-A", "3")
         ta = read_event(a, WAIT, "leader")["token"]
-        b = children.spawn("child_candidate.py", cluster.conninfo, NAME, "cand-B", "1.5")
+        b = children.spawn("child_candidate.py", cluster.conninfo, NAME, "cand-B", "3")
         read_event(b, WAIT, "campaigning")
         wait_for(lambda: cluster.one("SELECT count(*) FROM dlock_waiters WHERE lock_name = %s", (NAME,)) == 1,
                  15, "the second candidate to wait")

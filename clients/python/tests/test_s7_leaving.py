@@ -25,7 +25,7 @@ class BodyError(Exception):
 def test_s7_exception_releases_sync(cluster):
     # Through the module-level function on an application's pool.
     with psycopg_pool.ConnectionPool(cluster.conninfo, min_size=1, max_size=2) as pool:
-        lease = dlock.lease(pool, "s7-exc-sync", ttl=2, owner="s7")
+        lease = dlock.lease(pool, "s7-exc-sync", ttl=10, owner="s7")
         with pytest.raises(BodyError):
             with lease:
                 assert lease_row(cluster, "s7-exc-sync")[1:] == (True, False, "s7")
@@ -40,7 +40,7 @@ def test_s7_cancel_releases_sync(cluster):
     # A synchronous body is cancelled by an exception thrown into it, as
     # Ctrl-C does (KeyboardInterrupt): released, and it propagates.
     with dlock.Client(cluster.conninfo) as client:
-        lease = client.lease("s7-cancel-sync", ttl=2)
+        lease = client.lease("s7-cancel-sync", ttl=10)
         with pytest.raises(KeyboardInterrupt):
             with lease:
                 raise KeyboardInterrupt
@@ -52,16 +52,19 @@ def check_progress_sync(cluster, children, name: str) -> None:
     lost_calls = []
     scope_error = None
     with dlock.Client(cluster.conninfo) as client:
-        lease = client.lease(name, ttl=1.5, progress_timeout=0.6, on_lost=lost_calls.append)
+        # A progress timeout of 1.5 s; a ttl of 6 s (renewed every 2 s), whose
+        # deadline would come at least 4 s after the last progress: the loss at
+        # the progress deadline is told apart from it with 2.5 s to spare.
+        lease = client.lease(name, ttl=6, progress_timeout=1.5, on_lost=lost_calls.append)
         try:
             with lease:
                 for _ in range(4):  # progress reported for a while: still held
                     time.sleep(0.25)
                     lease.progress()
                 last = time.monotonic()
-                assert lease.lost.wait(2), "the lease was not lost at its progress deadline"
+                assert lease.lost.wait(8), "the lease was not lost at its progress deadline"
                 told = time.monotonic() - last
-                assert 0.55 <= told <= 1.5, told
+                assert 1.45 <= told <= 4.0, told
                 with pytest.raises(dlock.LeaseLost):
                     lease.check()
                 # lost is set before the loss callbacks run (on the renewal thread)
@@ -85,7 +88,7 @@ def test_s7_progress_deadline_sync(cluster, children):
 def test_s7_exception_and_cancel_async(cluster):
     async def main():
         async with psycopg_pool.AsyncConnectionPool(cluster.conninfo, min_size=1, max_size=2) as apool:
-            lease = dlock.aio.lease(apool, "s7-exc-async", ttl=2)
+            lease = dlock.aio.lease(apool, "s7-exc-async", ttl=10)
             with pytest.raises(BodyError):
                 async with lease:
                     raise BodyError("boom")
@@ -94,7 +97,7 @@ def test_s7_exception_and_cancel_async(cluster):
             await dlock.aio._shared_client(apool).close()
         async with dlock.aio.Client(cluster.conninfo) as client:
             entered = asyncio.Event()
-            lease2 = client.lease("s7-cancel-async", ttl=2)
+            lease2 = client.lease("s7-cancel-async", ttl=10)
 
             async def body():
                 async with lease2:
@@ -115,7 +118,7 @@ def test_s7_exception_and_cancel_async(cluster):
 def check_progress_async(cluster, children, name: str) -> None:
     async def main():
         async with dlock.aio.Client(cluster.conninfo) as client:
-            lease = client.lease(name, ttl=1.5, progress_timeout=0.6)
+            lease = client.lease(name, ttl=6, progress_timeout=1.5)  # as in check_progress_sync
             reached = []
             scope_error = None
             try:
@@ -125,14 +128,14 @@ def check_progress_async(cluster, children, name: str) -> None:
                         lease.progress()
                     last = time.monotonic()
                     try:
-                        await asyncio.sleep(2)  # stuck: cancelled at the progress deadline
+                        await asyncio.sleep(8)  # stuck: cancelled at the progress deadline
                     finally:
                         reached.append(time.monotonic() - last)
                     reached.append("not cancelled")
             except dlock.LeaseLost as e:
                 scope_error = e
             assert reached[-1] != "not cancelled", "the body was not cancelled at the progress deadline"
-            assert len(reached) == 1 and 0.55 <= reached[0] <= 1.5, reached
+            assert len(reached) == 1 and 1.45 <= reached[0] <= 4.0, reached
             assert scope_error is not None and scope_error.reason == "no-progress", scope_error
             assert lease.lost.is_set()
             assert asyncio.current_task().cancelling() == 0
@@ -153,7 +156,7 @@ def test_s7_outer_cancel_of_lost_lease_async(cluster):
     """A caller's cancel that comes with a loss still propagates as CancelledError."""
     async def main():
         async with dlock.aio.Client(cluster.conninfo) as client:
-            lease = client.lease("s7-outer-async", ttl=2, progress_timeout=0.3)
+            lease = client.lease("s7-outer-async", ttl=6, progress_timeout=0.3)
             started = asyncio.Event()
 
             async def body():
