@@ -421,6 +421,30 @@ DROP TABLE live_acct;
 REVOKE check_holder FROM check_user;
 DROP ROLE check_holder;
 
+--
+-- where this backend last found a mark is only a place to look first: a
+-- table truncated since (the place is past its end), another name's mark
+-- in that place, a rewritten table: the mark is looked up again
+--
+TRUNCATE dlock_fence_mark;
+SELECT dlock_check('order:1', 6, 'seen') AS made;
+SELECT dlock_check('order:1', 6, 'seen') AS found_and_remembered;
+SELECT ctid, lock_name, token FROM dlock_fence_mark;
+TRUNCATE dlock_fence_mark;
+SELECT pg_relation_size('dlock_fence_mark') AS size_after_truncate;
+SELECT dlock_check('order:1', 4, 'seen') AS past_the_end;
+TRUNCATE dlock_fence_mark;
+SELECT dlock_check('order:2', 9, 'seen') AS other_name_made;
+SELECT ctid, lock_name, token FROM dlock_fence_mark;
+-- order:2's mark (9) is where order:1's was: order:1 has none, 3 is accepted
+SELECT dlock_check('order:1', 3, 'seen') AS other_name_there;
+VACUUM FULL dlock_fence_mark;
+SELECT dlock_check('order:1', 2, 'seen');
+\echo :LAST_ERROR_SQLSTATE
+SELECT dlock_check('order:2', 10, 'seen') AS after_rewrite;
+SELECT dlock_check('order:1', 3, 'seen') AS again;
+SELECT lock_name, token FROM dlock_fence_mark ORDER BY lock_name;
+
 DROP TABLE acct, shard;
 DROP ROLE check_user;
 DROP EXTENSION dlock;

@@ -15,7 +15,10 @@
  * ends, raising it in place when its token is higher; a name with no mark
  * yet gets one by INSERT ... ON CONFLICT DO NOTHING.  So the accepted
  * writes under one name commit in non-decreasing token order: design.md
- * §18 has the argument.
+ * §18 has the argument.  Where a mark was found last is remembered per
+ * backend (mark_hints), only as a place to look first: the row found
+ * there counts only when it is visible, is the mark of that owner and
+ * name, and is then locked as one the index found (design.md §18).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -34,8 +37,10 @@
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
+#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "storage/bufmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
@@ -65,6 +70,100 @@ typedef struct MarkCheckOp
 /* Marks this backend raised, made or purged, ever (DlockMarkChanges). */
 static uint64 mark_changes = 0;
 
+/*
+ * Where this backend last locked the mark of a (table, owner, name): a
+ * direct-mapped array of MARK_HINTS entries indexed by a hash of the owner
+ * and the name, an entry overwritten by any other mark that maps to it;
+ * made in TopMemoryContext at the first 'seen' check (80 kB), so that a
+ * backend writing to thousands of names finds most of them there.  A hint
+ * is never trusted: mark_lock checks that its block is inside the table,
+ * fetches the tuple under its fresh snapshot, and uses it only when that
+ * version is visible and has the owner and the name (the primary key makes
+ * it the mark); the lock then follows the row to its newest version as for
+ * one the index found.  So a hint made stale by a raise, a purge, VACUUM or
+ * a rewrite of the table only costs the index scan it did not save.
+ */
+#define MARK_HINTS 4096
+
+typedef struct MarkHint
+{
+	Oid			relid;			/* the mark table; InvalidOid: empty */
+	Oid			owner;
+	uint32		namehash;
+	ItemPointerData tid;
+} MarkHint;
+
+static MarkHint *mark_hints = NULL;
+
+/*
+ * mark_hint returns the entry of (relid, owner, lock_name), setting
+ * *namehash, and whether it holds a hint for them in *hit.
+ */
+static MarkHint *
+mark_hint(Oid relid, Oid owner, text *lock_name, uint32 *namehash, bool *hit)
+{
+	uint32		h = hash_bytes((const unsigned char *) VARDATA_ANY(lock_name),
+							   VARSIZE_ANY_EXHDR(lock_name));
+	MarkHint   *e;
+
+	if (mark_hints == NULL)
+		mark_hints = MemoryContextAllocZero(TopMemoryContext,
+											sizeof(MarkHint) * MARK_HINTS);
+	e = &mark_hints[(h ^ owner) % MARK_HINTS];
+
+	*namehash = h;
+	*hit = e->relid == relid && e->owner == owner && e->namehash == h &&
+		ItemPointerIsValid(&e->tid);
+	return e;
+}
+
+/*
+ * mark_hint_keep remembers tid as where the mark of (relid, owner,
+ * lock_name) is: the version this transaction locked, raised or inserted.
+ */
+static void
+mark_hint_keep(Oid relid, Oid owner, text *lock_name, ItemPointer tid)
+{
+	uint32		namehash;
+	bool		hit;
+	MarkHint   *e = mark_hint(relid, owner, lock_name, &namehash, &hit);
+
+	Assert(ItemPointerIsValid(tid));
+	e->relid = relid;
+	e->owner = owner;
+	e->namehash = namehash;
+	e->tid = *tid;
+}
+
+/*
+ * mark_hint_returned remembers the ctid that the store statement just run
+ * returned in its first column as where the mark is.
+ */
+static void
+mark_hint_returned(Oid relid, Oid owner, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = DlockStoreResultDatum(1, &isnull);
+
+	Assert(!isnull);
+	mark_hint_keep(relid, owner, lock_name, (ItemPointer) DatumGetPointer(d));
+}
+
+/*
+ * mark_slot_is reports whether the version in slot is the mark of (owner,
+ * lock_name).
+ */
+static bool
+mark_slot_is(TupleTableSlot *slot, AttrNumber att_owner, AttrNumber att_name,
+			 Oid owner, text *lock_name)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att_owner, &isnull);
+
+	return !isnull && DatumGetObjectId(d) == owner &&
+		DlockSlotHasName(slot, att_name, lock_name);
+}
+
 /* What mark_lock did. */
 typedef enum MarkLockResult
 {
@@ -92,6 +191,14 @@ typedef enum MarkLockResult
  * then runs the SQL statement, which handles every case.  Takes
  * RowShareLock on the table and AccessShareLock on its index, kept until
  * the transaction ends.  Evaluates no user-defined function.
+ *
+ * Before the index, it looks where this backend last locked the mark
+ * (mark_hints): a version there that the snapshot sees and that is the
+ * mark of (owner, lock_name) is the one the index would find, the key
+ * being unique.  The hinted block is checked against the table's size
+ * first: reading past the end raises, and VACUUM may have truncated the
+ * table since.  The fetched version stays pinned in slot until the lock
+ * has its own pin, so its line pointer is not pruned in between.
  */
 static MarkLockResult
 mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
@@ -105,6 +212,9 @@ mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
 	IndexScanDesc scan;
 	ScanKeyData keys[2];
 	bool		found;
+	MarkHint   *hint;
+	uint32		namehash;
+	bool		hinted;
 	MarkLockResult result = MARK_UNSURE;
 
 	if (IsolationIsSerializable())
@@ -127,15 +237,25 @@ mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
 	}
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
-	ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
-	ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
-	scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
-	index_rescan(scan, keys, 2, NULL, 0);
-	found = index_getnext_slot(scan, ForwardScanDirection, slot);
-	/* no index page stays pinned while the lock below waits */
-	index_endscan(scan);
+	hint = mark_hint(relid, owner, lock_name, &namehash, &hinted);
+	found = hinted &&
+		ItemPointerGetBlockNumber(&hint->tid) < RelationGetNumberOfBlocks(rel) &&
+		table_tuple_fetch_row_version(rel, &hint->tid, snap, slot) &&
+		mark_slot_is(slot, att_owner, att_name, owner, lock_name);
+	if (!found)
+	{
+		/* another name's mark fetched from the hint: unpin it first */
+		ExecClearTuple(slot);
+		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
+							   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
+		ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
+							   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
+		scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
+		index_rescan(scan, keys, 2, NULL, 0);
+		found = index_getnext_slot(scan, ForwardScanDirection, slot);
+		/* no index page stays pinned while the lock below waits */
+		index_endscan(scan);
+	}
 	if (!found)
 		result = MARK_ABSENT;
 	else
@@ -143,24 +263,22 @@ mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
 		ItemPointerData tid = slot->tts_tid;
 		TM_FailureData tmfd;
 
+		Assert(mark_slot_is(slot, att_owner, att_name, owner, lock_name));
 		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
 							 LockTupleNoKeyExclusive, LockWaitBlock,
 							 TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS |
 							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
-							 &tmfd) == TM_Ok)
+							 &tmfd) == TM_Ok &&
+		/* the newest version is still the mark of (owner, lock_name) */
+			mark_slot_is(slot, att_owner, att_name, owner, lock_name))
 		{
 			bool		isnull;
-			Datum		d = slot_getattr(slot, att_owner, &isnull);
+			Datum		d = slot_getattr(slot, att_token, &isnull);
 
-			/* the newest version is still the mark of (owner, lock_name) */
-			if (!isnull && DatumGetObjectId(d) == owner &&
-				DlockSlotHasName(slot, att_name, lock_name))
-			{
-				d = slot_getattr(slot, att_token, &isnull);
-				Assert(!isnull);
-				*token = DatumGetInt64(d);
-				result = MARK_LOCKED;
-			}
+			Assert(!isnull);
+			*token = DatumGetInt64(d);
+			result = MARK_LOCKED;
+			mark_hint_keep(relid, owner, lock_name, &slot->tts_tid);
 		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
@@ -230,9 +348,11 @@ mark_check_op(void *arg)
 			if (m->token > mark)
 			{
 				mark_changes++;
-				if (DlockStoreExec(STMT_MARK_RAISE, values, SPI_OK_UPDATE) != 1)
+				if (DlockStoreExec(STMT_MARK_RAISE, values,
+								   SPI_OK_UPDATE_RETURNING) != 1)
 					elog(ERROR, "dlock: the locked mark of \"%s\" was not raised",
 						 text_to_cstring(m->lock_name));
+				mark_hint_returned(markrelid, m->table_owner, m->lock_name);
 			}
 			m->accepted = true;
 			return true;
@@ -240,6 +360,7 @@ mark_check_op(void *arg)
 		mark_changes++;
 		if (DlockStoreExec(STMT_MARK_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
 		{
+			mark_hint_returned(markrelid, m->table_owner, m->lock_name);
 			m->accepted = true;
 			return true;
 		}

@@ -135,21 +135,26 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" FOR NO KEY UPDATE",
 		2, {REGROLEOID, TEXTOID}, true
 	},
-	/* STMT_MARK_RAISE: $3 the new token, $4 now; the row is locked */
+
+	/*
+	 * STMT_MARK_RAISE: $3 the new token, $4 now; the row is locked.  Returns
+	 * the new version's ctid (mark.c's hint).
+	 */
 	{
 		"UPDATE %1$s.dlock_fence_mark m SET token = $3, raised_at = $4"
 		" WHERE m.table_owner OPERATOR(pg_catalog.=) $1"
 		" AND m.lock_name OPERATOR(pg_catalog.=) $2"
-		" AND m.token OPERATOR(pg_catalog.<) $3",
+		" AND m.token OPERATOR(pg_catalog.<) $3"
+		" RETURNING m.ctid",
 		4, {REGROLEOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, true
 	},
-	/* STMT_MARK_INSERT: $3 the token, $4 now */
+	/* STMT_MARK_INSERT: $3 the token, $4 now; returns the row's ctid */
 	{
 		"INSERT INTO %1$s.dlock_fence_mark AS m"
 		" (table_owner, lock_name, token, raised_at)"
 		" VALUES ($1, $2, $3, $4)"
 		" ON CONFLICT (table_owner, lock_name) DO NOTHING"
-		" RETURNING m.token",
+		" RETURNING m.ctid",
 		4, {REGROLEOID, TEXTOID, INT8OID, TIMESTAMPTZOID}, true
 	},
 
