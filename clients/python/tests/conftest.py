@@ -100,6 +100,11 @@ def cluster() -> Iterator[pgcluster.Cluster]:
         c.kill()
 
 
+_LAUNCH = ("import faulthandler, runpy, signal, sys; "
+           "faulthandler.register(signal.SIGUSR1, all_threads=True); "
+           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
 class Children:
     """Child processes of a test (small scripts in tests/ printing JSON
     lines), killed with SIGKILL at teardown."""
@@ -110,7 +115,9 @@ class Children:
     def spawn(self, script: str, *args: str) -> subprocess.Popen:
         env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + HERE, PYTHONDONTWRITEBYTECODE="1",
                    PYTHONUNBUFFERED="1")
-        p = subprocess.Popen([sys.executable, os.path.join(HERE, script), *args], env=env,
+        # Each child dumps its threads' stacks to its stderr on SIGUSR1
+        # (read_event does that when a child printed nothing in time).
+        p = subprocess.Popen([sys.executable, "-c", _LAUNCH, os.path.join(HERE, script), *args], env=env,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
         return p

@@ -27,7 +27,7 @@ def read_event(proc: subprocess.Popen, timeout: float, want: Optional[str] = Non
         left = end - time.monotonic()
         if left <= 0:
             raise AssertionError(f"child {proc.args} printed no {want or 'line'} within {timeout} s"
-                                 f" (printed meanwhile: {skipped})")
+                                 f" (printed meanwhile: {skipped}); its stacks: {stacks(proc)}")
         r, _, _ = select.select([proc.stdout], [], [], left)
         if not r:
             continue
@@ -40,6 +40,33 @@ def read_event(proc: subprocess.Popen, timeout: float, want: Optional[str] = Non
         if want is None or ev.get("event") == want:
             return ev
         skipped.append(ev)
+
+
+def stacks(proc: subprocess.Popen) -> str:
+    """What a child that still runs is doing: its threads' stacks, which it
+    dumps to its stderr on SIGUSR1 (conftest's launcher), read for up to 5 s."""
+    import select
+
+    if proc.poll() is not None or proc.stderr is None:
+        return "(ended)"
+    try:
+        os.kill(proc.pid, 10)  # SIGUSR1
+    except OSError as e:
+        return f"(not signalled: {e})"
+    out = []
+    end = time.monotonic() + 5
+    fd = proc.stderr.fileno()
+    while time.monotonic() < end:
+        r, _, _ = select.select([fd], [], [], 0.5)
+        if not r:
+            if out:
+                break
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        out.append(chunk.decode(errors="replace"))
+    return "".join(out)[-6000:] or "(nothing on stderr)"
 
 
 def lease_row(cluster: Any, name: str) -> Optional[tuple]:
