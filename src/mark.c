@@ -118,16 +118,13 @@ mark_hint(Oid relid, Oid owner, text *lock_name, uint32 *namehash, bool *hit)
 }
 
 /*
- * mark_hint_keep remembers tid as where the mark of (relid, owner,
- * lock_name) is: the version this transaction locked, raised or inserted.
+ * mark_hint_set makes entry e say that the mark of (relid, owner, the name
+ * hashed to namehash) is at tid.
  */
 static void
-mark_hint_keep(Oid relid, Oid owner, text *lock_name, ItemPointer tid)
+mark_hint_set(MarkHint *e, Oid relid, Oid owner, uint32 namehash,
+			  ItemPointer tid)
 {
-	uint32		namehash;
-	bool		hit;
-	MarkHint   *e = mark_hint(relid, owner, lock_name, &namehash, &hit);
-
 	Assert(ItemPointerIsValid(tid));
 	e->relid = relid;
 	e->owner = owner;
@@ -144,9 +141,12 @@ mark_hint_returned(Oid relid, Oid owner, text *lock_name)
 {
 	bool		isnull;
 	Datum		d = DlockStoreResultDatum(1, &isnull);
+	uint32		namehash;
+	bool		hit;
+	MarkHint   *e = mark_hint(relid, owner, lock_name, &namehash, &hit);
 
 	Assert(!isnull);
-	mark_hint_keep(relid, owner, lock_name, (ItemPointer) DatumGetPointer(d));
+	mark_hint_set(e, relid, owner, namehash, (ItemPointer) DatumGetPointer(d));
 }
 
 /*
@@ -278,7 +278,7 @@ mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
 			Assert(!isnull);
 			*token = DatumGetInt64(d);
 			result = MARK_LOCKED;
-			mark_hint_keep(relid, owner, lock_name, &slot->tts_tid);
+			mark_hint_set(hint, relid, owner, namehash, &slot->tts_tid);
 		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
