@@ -276,7 +276,7 @@ fence_verify_row(FenceConfig *config, Oid fn_oid, Relation rel,
 				 config->mode, rel->rd_rel->relowner, NULL);
 	if (config->mode == DLOCK_FENCE_LIVE)
 		return;
-	resetStringInfo(&config->passed_name);
+	DlockFenceBuffer(config, &config->passed_name);
 	appendBinaryStringInfo(&config->passed_name, (const char *) lock_name, len);
 	config->passed_token = token;
 	config->passed_subxact = GetCurrentSubTransactionId();

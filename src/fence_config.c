@@ -198,48 +198,123 @@ typedef struct FenceConfigSlot
 static FenceConfigSlot config_slots[FENCE_CONFIG_SLOTS];
 
 /*
- * fence_config_copy returns a copy of the parsed part of src in the
- * current memory context, with empty buffers and nothing passed yet: what
- * one statement then uses and changes.
+ * fence_config_pack returns the parsed part of src packed into one chunk of
+ * the current memory context, its strings, segments and name memo inside
+ * it (block_size bytes), with empty buffers and nothing passed yet: what
+ * fence_config_copy copies for each statement with one palloc and a
+ * memcpy.
  */
 static FenceConfig *
-fence_config_copy(const FenceConfig *src)
+fence_config_pack(const FenceConfig *src)
 {
-	FenceConfig *dst = palloc0(sizeof(FenceConfig));
+	Size		size;
+	char	   *block;
+	char	   *at;
+	FenceConfig *dst;
 	int			i;
 
+	size = MAXALIGN(sizeof(FenceConfig)) +
+		MAXALIGN(sizeof(FenceSegment) * src->nsegments) +
+		MAXALIGN(sizeof(Datum) * src->nsegments) +
+		strlen(src->token_attname) + 1;
+	for (i = 0; i < src->nsegments; i++)
+		size += strlen(src->segments[i].literal != NULL ?
+					   src->segments[i].literal : src->segments[i].attname) + 1;
+
+	block = palloc0(size);
+	dst = (FenceConfig *) block;
+	at = block + MAXALIGN(sizeof(FenceConfig));
+	dst->block_size = size;
 	dst->tgoid = src->tgoid;
 	dst->mode = src->mode;
 	dst->has_columns = src->has_columns;
 	dst->name_memo_ok = src->name_memo_ok;
 	dst->token_attnum = src->token_attnum;
-	dst->token_attname = pstrdup(src->token_attname);
 	dst->nsegments = src->nsegments;
-	dst->segments = palloc0(sizeof(FenceSegment) * src->nsegments);
+	dst->segments = (FenceSegment *) at;
+	at += MAXALIGN(sizeof(FenceSegment) * src->nsegments);
+	dst->name_memo = (Datum *) at;
+	at += MAXALIGN(sizeof(Datum) * src->nsegments);
+	dst->token_attname = at;
+	at += strlen(src->token_attname) + 1;
+	strcpy(dst->token_attname, src->token_attname);
 	for (i = 0; i < src->nsegments; i++)
 	{
 		const FenceSegment *from = &src->segments[i];
 		FenceSegment *to = &dst->segments[i];
+		char	  **str = from->literal != NULL ? &to->literal : &to->attname;
 
+		*str = at;
+		strcpy(at, from->literal != NULL ? from->literal : from->attname);
+		at += strlen(at) + 1;
 		if (from->literal != NULL)
-		{
-			to->literal = pstrdup(from->literal);
 			continue;
-		}
-		to->attname = pstrdup(from->attname);
 		to->attnum = from->attnum;
 		to->typid = from->typid;
 		fmgr_info_copy(&to->outfunc, unconstify(FmgrInfo *, &from->outfunc),
 					   CurrentMemoryContext);
 	}
-	initStringInfo(&dst->name);
-	initStringInfo(&dst->old_name);
-	initStringInfo(&dst->passed_name);
-	dst->passed_valid = false;
-	dst->name_memo_valid = false;
-	if (dst->name_memo_ok)
-		dst->name_memo = palloc0(sizeof(Datum) * dst->nsegments);
+	Assert(at == block + size);
 	return dst;
+}
+
+/* fence_relocate returns ptr, which pointed into the chunk at from, moved to to */
+#define fence_relocate(ptr, from, to) \
+	((void *) ((char *) (to) + ((const char *) (ptr) - (const char *) (from))))
+
+/*
+ * fence_config_copy returns a copy of packed (fence_config_pack) in the
+ * current memory context: what one statement then uses and changes.  Its
+ * buffers are made at their first use (fence_buffer).
+ */
+static FenceConfig *
+fence_config_copy(const FenceConfig *packed)
+{
+	FenceConfig *dst = palloc(packed->block_size);
+	int			i;
+
+	memcpy(dst, packed, packed->block_size);
+	dst->cxt = CurrentMemoryContext;
+	dst->segments = fence_relocate(packed->segments, packed, dst);
+	dst->name_memo = fence_relocate(packed->name_memo, packed, dst);
+	dst->token_attname = fence_relocate(packed->token_attname, packed, dst);
+	for (i = 0; i < dst->nsegments; i++)
+	{
+		FenceSegment *seg = &dst->segments[i];
+
+		if (seg->literal != NULL)
+		{
+			seg->literal = fence_relocate(seg->literal, packed, dst);
+			continue;
+		}
+		seg->attname = fence_relocate(seg->attname, packed, dst);
+		/* as fmgr_info_copy does */
+		seg->outfunc.fn_mcxt = CurrentMemoryContext;
+		seg->outfunc.fn_extra = NULL;
+	}
+	Assert(dst->name.data == NULL && dst->old_name.data == NULL &&
+		   dst->passed_name.data == NULL && !dst->passed_valid &&
+		   !dst->name_memo_valid && dst->name_memo_cxt == NULL);
+	return dst;
+}
+
+/*
+ * DlockFenceBuffer empties buf, one of config's buffers; it is made at its
+ * first use, in config's context (the statement's, not the row's).
+ */
+void
+DlockFenceBuffer(FenceConfig *config, StringInfo buf)
+{
+	MemoryContext oldcxt;
+
+	if (buf->data != NULL)
+	{
+		resetStringInfo(buf);
+		return;
+	}
+	oldcxt = MemoryContextSwitchTo(config->cxt);
+	initStringInfo(buf);
+	MemoryContextSwitchTo(oldcxt);
 }
 
 /*
@@ -317,7 +392,7 @@ DlockFenceGetConfig(FunctionCallInfo fcinfo, TriggerData *trigdata)
 		cxt = AllocSetContextCreate(CacheMemoryContext, "dlock fence config",
 									ALLOCSET_SMALL_SIZES);
 		oldcxt = MemoryContextSwitchTo(cxt);
-		config = fence_config_copy(parsed);
+		config = fence_config_pack(parsed);
 		MemoryContextSwitchTo(oldcxt);
 		if (slot->cxt != NULL)
 			MemoryContextDelete(slot->cxt);
@@ -445,7 +520,7 @@ fence_name_memo_keep(FenceConfig *config, TupleDesc tupdesc, HeapTuple tuple)
 			VARATT_IS_EXTERNAL_INDIRECT(DatumGetPointer(value)))
 			return;
 		if (config->name_memo_cxt == NULL)
-			config->name_memo_cxt = AllocSetContextCreate(GetMemoryChunkContext(config),
+			config->name_memo_cxt = AllocSetContextCreate(config->cxt,
 														  "dlock fence name",
 														  ALLOCSET_SMALL_SIZES);
 		oldcxt = MemoryContextSwitchTo(config->name_memo_cxt);
@@ -482,7 +557,7 @@ DlockFenceLockName(FenceConfig *config, TriggerData *trigdata, HeapTuple tuple,
 			return (text *) buf->data;
 		config->name_memo_valid = false;
 	}
-	resetStringInfo(buf);
+	DlockFenceBuffer(config, buf);
 	appendStringInfoSpaces(buf, VARHDRSZ);	/* the text's header */
 	for (i = 0; i < config->nsegments; i++)
 	{

@@ -36,12 +36,16 @@ typedef struct FenceSegment
 typedef struct FenceConfig
 {
 	Oid			tgoid;			/* the trigger these are for */
+	Size		block_size;		/* the chunk it is packed into, its strings,
+								 * segments and name_memo included */
 	int			nsegments;
 	FenceSegment *segments;
 	bool		has_columns;	/* the template names a column */
 	int			token_attnum;
 	char	   *token_attname;
 	DlockFenceMode mode;
+	MemoryContext cxt;			/* the statement's copy: where it lives */
+	/* buffers, made at first use, in cxt (DlockFenceBuffer) */
 	StringInfoData name;		/* the current row's lock name, as a text */
 	StringInfoData old_name;	/* an UPDATE's old row's lock name */
 
@@ -80,6 +84,7 @@ typedef struct FenceConfig
 extern bool DlockFenceParseMode(const char *name, DlockFenceMode *mode);
 extern FenceConfig *DlockFenceGetConfig(FunctionCallInfo fcinfo,
 										TriggerData *trigdata);
+extern void DlockFenceBuffer(FenceConfig *config, StringInfo buf);
 extern bool DlockFenceSameColumns(FenceConfig *config, TriggerData *trigdata,
 								  HeapTuple a, HeapTuple b);
 extern text *DlockFenceLockName(FenceConfig *config, TriggerData *trigdata,
