@@ -176,6 +176,25 @@ bool
 DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 				   ItemPointer root, DlockFenceCacheTicket *ticket)
 {
+	ticket->bucket = -1;
+	/* a relfilenode this transaction made may never be committed */
+	if (DlockRelFileNumberIsNew(rel))
+		return false;
+	return DlockFenceCacheGetKey(RelationGetRelid(rel), DlockRelFileNumber(rel),
+								 lock_name, token, root, ticket);
+}
+
+/*
+ * DlockFenceCacheGetKey is DlockFenceCacheGet for the lease table whose OID
+ * is relid and relfilenode relnumber, without its relation: the caller
+ * knows that relnumber is the relfilenode the table had when the lookup
+ * began, and that this transaction did not make it (DlockLeaseFenceRead,
+ * design.md §12, "A hit without the table's lock").
+ */
+bool
+DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name, int64 *token,
+					  ItemPointer root, DlockFenceCacheTicket *ticket)
+{
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	FenceKey	key;
 	int			bno;
@@ -197,11 +216,9 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 	/* WAL replay changes leases without opening anything: no hit, no fill */
 	if (RecoveryInProgress())
 		return false;
-	/* a relfilenode this transaction made may never be committed */
-	if (DlockRelFileNumberIsNew(rel))
-		return false;
-	ticket->relid = RelationGetRelid(rel);
-	ticket->relnumber = DlockRelFileNumber(rel);
+	Assert(OidIsValid(relid) && OidIsValid(relnumber));
+	ticket->relid = relid;
+	ticket->relnumber = relnumber;
 	bno = DlockFenceBucketOf(lock_name, &tag);
 	b = &fence_buckets[bno];
 

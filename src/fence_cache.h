@@ -48,6 +48,9 @@ extern void DlockFenceCacheSubXactEnd(SubXactEvent event,
 /* the fence's read and lock (lease_table.c) */
 extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
 							   ItemPointer root, DlockFenceCacheTicket *ticket);
+extern bool DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name,
+								  int64 *token, ItemPointer root,
+								  DlockFenceCacheTicket *ticket);
 extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
 								text *lock_name, int64 token,
 								ItemPointer root);

@@ -93,13 +93,14 @@ lease_fence_fields(const DlockLeaseTable *table, TupleTableSlot *slot,
  * setup, and then offers the token to the cache.  The same MVCC read as
  * DlockLeaseRead.  Takes AccessShareLock on the table (and on the index when
  * it reads it), kept until the transaction ends; the table's lock is what
- * makes its relfilenode, part of the cache's key, current.  Runs as the
- * caller (opening a relation checks no privilege); the lookup evaluates no
- * user-defined function.
+ * makes its relfilenode, part of the cache's key, current.  Sets *relnumber
+ * to that relfilenode, or InvalidOid when this transaction made it (the
+ * cache is then not used).  Runs as the caller (opening a relation checks
+ * no privilege); the lookup evaluates no user-defined function.
  */
 void
 DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
-					DlockFenceLease *lease)
+					DlockFenceLease *lease, Oid *relnumber)
 {
 	Relation	rel;
 	Relation	idx;
@@ -110,6 +111,7 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, AccessShareLock);
+	*relnumber = DlockRelFileNumberIsNew(rel) ? InvalidOid : DlockRelFileNumber(rel);
 	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
@@ -134,6 +136,33 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	table_close(rel, NoLock);
 	if (lease->found)
 		DlockFenceCacheFill(&ticket, lock_name, lease->token, &root);
+}
+
+/*
+ * DlockLeaseFenceHit is DlockLeaseFenceRead answered by the fence cache
+ * alone, without opening the table: relnumber is the table's relfilenode,
+ * which the caller knows to be current (store.c, design.md §12, "A hit
+ * without the table's lock").  Returns false, having set nothing, when the
+ * cache does not know the name; the caller then reads.  Takes no lock.
+ */
+bool
+DlockLeaseFenceHit(const DlockLeaseTable *table, Oid relnumber,
+				   text *lock_name, DlockFenceLease *lease)
+{
+	DlockFenceCacheTicket ticket;
+	ItemPointerData root;
+	int64		token;
+
+	Assert(OidIsValid(table->relid) && OidIsValid(relnumber));
+	if (!DlockFenceCacheGetKey(table->relid, relnumber, lock_name, &token,
+							   &root, &ticket))
+		return false;
+	lease->found = true;
+	lease->token = token;
+	lease->state_read = false;
+	lease->released = false;
+	lease->expires_at = 0;
+	return true;
 }
 
 /*

@@ -111,7 +111,10 @@ extern int	DlockLeaseFindHeld(const DlockLeaseTable *table, text **names,
 extern bool DlockLeaseChange(const DlockLeaseTable *table,
 							 DlockLeaseChangeOp *c);
 extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
-								text *lock_name, DlockFenceLease *lease);
+								text *lock_name, DlockFenceLease *lease,
+								Oid *relnumber);
+extern bool DlockLeaseFenceHit(const DlockLeaseTable *table, Oid relnumber,
+							   text *lock_name, DlockFenceLease *lease);
 extern void DlockLeaseFenceLock(const DlockLeaseTable *table,
 								text *lock_name, int64 token,
 								DlockFenceLease *lease);

@@ -484,6 +484,45 @@ DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 }
 
 /*
+ * The lease table's relfilenode as the last 'latest' read that opened the
+ * table found it under its lock (not one this transaction made), and how
+ * many invalidations of the table this backend had processed then
+ * (DlockStoreTableInvals).  While none has been processed since, it is
+ * still the table's (a new relfilenode, or a dropped table, sends one), and
+ * a read answered by the fence cache needs no lock on the table
+ * (design.md §12, "A hit without the table's lock").  relid InvalidOid:
+ * nothing known.
+ */
+static struct
+{
+	Oid			relid;
+	Oid			relnumber;
+	uint64		invals;
+}			fence_table_key;
+
+/*
+ * store_fence_hit answers the 'latest' read of lock_name from the fence cache
+ * without opening the lease table, when the relfilenode in fence_table_key
+ * is still current; false: read it.  The full barrier keeps
+ * AcceptInvalidationMessages' unlocked look at the invalidation queue from
+ * moving before what the fence read before this (a lock acquisition would
+ * do that too).
+ */
+static bool
+store_fence_hit(const DlockLeaseTable *table, text *lock_name,
+				DlockFenceLease *lease)
+{
+	if (fence_table_key.relid != table->relid)
+		return false;
+	pg_memory_barrier();
+	AcceptInvalidationMessages();
+	if (fence_table_key.invals != DlockStoreTableInvals())
+		return false;
+	return DlockLeaseFenceHit(table, fence_table_key.relnumber, lock_name,
+							  lease);
+}
+
+/*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
  * lock_row (the 'live' fence, for a write carrying token) it also keeps
@@ -492,20 +531,33 @@ DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
  * waiting for a grant in progress, unless token is current and the caller
  * may not act for the lease's holder role (then it keeps nothing and sets
  * lease->denied); without, it reads the row without a
- * lock, from the fence cache when it can (DlockLeaseFenceRead; then only
- * found and token are set).  Both run as the caller, without SPI once the
- * cache is current.
+ * lock, from the fence cache when it can (store_fence_hit, without even
+ * the table's lock, else DlockLeaseFenceRead; then only found and token
+ * are set).  Both run as the caller, without SPI once the cache is
+ * current.
  */
 void
 DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token, bool lock_row,
 					  DlockFenceLease *lease)
 {
+	const DlockLeaseTable *table;
+	Oid			relnumber;
+
 	/* the relations only: the fence runs no statement, so prepares none */
 	DlockStoreCacheMakeCurrent(fn_oid);
+	table = DlockStoreTable();
 	lease->denied = false;
 	lease->holder = InvalidOid;
 	if (lock_row)
-		DlockLeaseFenceLock(DlockStoreTable(), lock_name, token, lease);
-	else
-		DlockLeaseFenceRead(DlockStoreTable(), lock_name, lease);
+	{
+		DlockLeaseFenceLock(table, lock_name, token, lease);
+		return;
+	}
+	if (store_fence_hit(table, lock_name, lease))
+		return;
+	DlockLeaseFenceRead(table, lock_name, lease, &relnumber);
+	/* current until an invalidation: this transaction holds the lock now */
+	fence_table_key.relid = OidIsValid(relnumber) ? table->relid : InvalidOid;
+	fence_table_key.relnumber = relnumber;
+	fence_table_key.invals = DlockStoreTableInvals();
 }

@@ -134,6 +134,21 @@ store_register_callback(void)
 }
 
 /*
+ * DlockStoreTableInvals returns how many invalidations of the lease table's
+ * relcache entry (or of every entry), or of the pg_class rows of the
+ * extension's relations' names, this backend has processed since it
+ * registered dlock's callbacks, which it does now if it has not: every
+ * change of the table's relfilenode, and its drop, sends one
+ * (store.c's fence_table_key).
+ */
+uint64
+DlockStoreTableInvals(void)
+{
+	store_register_callback();
+	return store_cache.inval_count;
+}
+
+/*
  * DlockStoreRelcacheInvals returns how many relcache invalidations (of any
  * relation) this backend has processed since it registered dlock's
  * callback, which it does now if it has not: a cache of catalog contents

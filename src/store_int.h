@@ -52,6 +52,7 @@ extern Oid	DlockStoreTokenSeq(void);
 extern Oid	DlockStoreTokenOrigin(void);
 extern void DlockStoreRequireMarks(void);
 extern uint64 DlockStoreRelcacheInvals(void);
+extern uint64 DlockStoreTableInvals(void);
 extern Oid	DlockStoreMarkTable(AttrNumber *att_owner, AttrNumber *att_name,
 								AttrNumber *att_token);
 
