@@ -7,7 +7,9 @@
  *	  run as the caller (design.md §14, §17).
  *
  * Concurrency: the 'latest' read takes AccessShareLock on the table and
- * its index and no row lock, with a fresh snapshot.  The 'live' check
+ * its index and no row lock, with a fresh snapshot; a hit of the fence
+ * cache under a relfilenode store.c knows to be current takes no lock at
+ * all (DlockLeaseFenceHit, design.md §12).  The 'live' check
  * takes dlock's name lock in ShareLock, waiting for a grant of the name
  * in progress, and reads with a snapshot taken after it (AccessShareLock);
  * when a takeover that has written the row is in the row's update chain,

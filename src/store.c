@@ -42,7 +42,10 @@
  * without waiting, which a 'live' fence holds in ShareLock until its
  * transaction ends; a first row's index insertion comes after it.  Every
  * change of a token or of a row's existence opens
- * the name's fence cache bucket first.  The whole protocol: design.md
+ * the name's fence cache bucket first.  A 'latest' fence read that the
+ * cache answers takes no lock on the table while no invalidation of it has
+ * come since its relfilenode was read under one (fence_table_key; design.md
+ * §12, "A hit without the table's lock").  The whole protocol: design.md
  * §14, "The store's locking protocol".
  *
  * Copyright (c) 2026, the dlock authors
