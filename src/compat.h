@@ -185,19 +185,22 @@ typedef bool DlockUpdateIndexes;
 
 /*
  * The relfilenode of a relation (the fence cache's key), and whether the
- * current transaction created it (TRUNCATE, or a new relation): RelFileNode
- * became RelFileLocator in PostgreSQL 16.
+ * current transaction created it (TRUNCATE, or a new relation; the "first"
+ * field stays set after a ROLLBACK TO has forgotten the newest one):
+ * RelFileNode became RelFileLocator in PostgreSQL 16.
  */
 #if PG_VERSION_NUM >= 160000
 #define DlockRelFileNumber(rel)		((Oid) (rel)->rd_locator.relNumber)
 #define DlockRelFileNumberIsNew(rel) \
 	((rel)->rd_createSubid != InvalidSubTransactionId || \
-	 (rel)->rd_newRelfilelocatorSubid != InvalidSubTransactionId)
+	 (rel)->rd_newRelfilelocatorSubid != InvalidSubTransactionId || \
+	 (rel)->rd_firstRelfilelocatorSubid != InvalidSubTransactionId)
 #else
 #define DlockRelFileNumber(rel)		((Oid) (rel)->rd_node.relNode)
 #define DlockRelFileNumberIsNew(rel) \
 	((rel)->rd_createSubid != InvalidSubTransactionId || \
-	 (rel)->rd_newRelfilenodeSubid != InvalidSubTransactionId)
+	 (rel)->rd_newRelfilenodeSubid != InvalidSubTransactionId || \
+	 (rel)->rd_firstRelfilenodeSubid != InvalidSubTransactionId)
 #endif
 
 /*

@@ -55,6 +55,9 @@ extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
 								text *lock_name, int64 token,
 								ItemPointer root);
 
+/* the lease table's relcache entry was invalidated (store_cache.c) */
+extern void DlockFenceCacheTableChanged(void);
+
 /* writers: before a change of a name's token or existence can be seen */
 extern void DlockFenceCacheOpen(text *lock_name);
 extern void DlockFenceCacheOpenAll(void);

@@ -107,6 +107,14 @@ StaticAssertDecl(FENCE_MAX_PENDING < PG_UINT16_MAX &&
 				 "opener_hash holds list indexes + 1 and is a power of 2");
 static bool pending_all = false;
 
+/*
+ * An invalidation of the lease table's relcache entry came while the
+ * transaction had opened names (DlockFenceCacheTableChanged): its
+ * relfilenode may have changed since the writes were recorded, so the
+ * close publishes nothing.
+ */
+static bool table_changed = false;
+
 static ProcessUtility_hook_type prev_utility_hook = NULL;
 
 /* Changes this backend opened, ever (DlockFenceCacheChanges). */
@@ -154,6 +162,7 @@ fence_pending_reset(void)
 			opener_hash[pending[i].hslot] = 0;
 	}
 	npending = 0;
+	table_changed = false;
 	if (pending != local_pending)
 	{
 		pfree(pending);
@@ -356,6 +365,26 @@ DlockFenceCacheChanges(void)
 }
 
 /*
+ * DlockFenceCacheTableChanged (store_cache.c's relcache callback calls it)
+ * notes that an invalidation of the lease table's relcache entry, or of
+ * every entry, was processed: when the transaction has opened names, its
+ * close then clears their buckets instead of publishing.  Its own
+ * TRUNCATE, VACUUM FULL, CLUSTER or rewriting ALTER TABLE of the table
+ * after a write gives the table a relfilenode other than the one the write
+ * recorded, and the close runs before the invalidation reaches other
+ * backends: a reader that takes no lock on the table (design.md §12, "A
+ * hit without the table's lock") could otherwise hit an entry published
+ * under the old relfilenode for a row the TRUNCATE removed.  Only sets a
+ * flag (an invalidation callback may not do more); cannot raise.
+ */
+void
+DlockFenceCacheTableChanged(void)
+{
+	if (npending > 0)
+		table_changed = true;
+}
+
+/*
  * DlockFenceCacheSubXactEnd (xact.c calls it) forgets, when a
  * subtransaction rolls back, the writes recorded in it or in any
  * subtransaction under it (those have greater ids: they began after it,
@@ -421,7 +450,7 @@ fence_may_publish(int first, bool commit)
 {
 	int			i;
 
-	if (!commit || pending_all || pending[first].clear_only)
+	if (!commit || pending_all || table_changed || pending[first].clear_only)
 		return false;
 	for (i = first; i >= 0; i = pending[i].next)
 	{

@@ -33,6 +33,7 @@
 #include "utils/syscache.h"
 
 #include "dlock.h"
+#include "fence_cache.h"
 #include "store_int.h"
 
 /* How many calling functions the cache remembers as being in its schema. */
@@ -74,8 +75,9 @@ static uint64 relcache_invals = 0;
 /*
  * store_relcache_callback counts every relcache invalidation
  * (DlockStoreRelcacheInvals) and marks the cache stale when the lease
- * table's entry is invalidated (or all entries are).  It only counts and
- * flips a flag: freeing plans here could pull them from under a running
+ * table's entry is invalidated (or all entries are), which it also tells the
+ * fence cache's writers (DlockFenceCacheTableChanged).  It only counts and
+ * flips flags: freeing plans here could pull them from under a running
  * call.
  */
 static void
@@ -86,6 +88,7 @@ store_relcache_callback(Datum arg, Oid relid)
 	{
 		store_cache.valid = false;
 		store_cache.inval_count++;
+		DlockFenceCacheTableChanged();
 	}
 }
 
