@@ -131,11 +131,14 @@ echo done > $dir/healthy.done
 });
 my $healthy = run_job('healthy-job', \@wd_ok, "$dir/healthy.sh");
 
-# 3. hung: 3 pings, then a background child that ignores SIGTERM, and a
-# long sleep
-write_script("$dir/hung.sh", qq{for i in 1 2 3; do $notify WATCHDOG=1; sleep 0.3; done
+# 3. hung: a ping, a background child that ignores SIGTERM (its pid
+# written right after the ping, with the whole watchdog left: written after
+# the last ping's 0.3 s sleep, it came too late on a loaded machine), 3 more
+# pings, and a long sleep
+write_script("$dir/hung.sh", qq{$notify WATCHDOG=1
 (trap '' TERM; while :; do sleep 0.2; done) &
 echo "\$\$ \$!" > $dir/hung.pids
+for i in 1 2 3; do $notify WATCHDOG=1; sleep 0.3; done
 sleep 100
 echo "not stopped" > $dir/hung.after
 });
