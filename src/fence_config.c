@@ -265,7 +265,7 @@ fence_config_pack(const FenceConfig *src)
 /*
  * fence_config_copy returns a copy of packed (fence_config_pack) in the
  * current memory context: what one statement then uses and changes.  Its
- * buffers are made at their first use (fence_buffer).
+ * buffers are made at their first use (DlockFenceBuffer).
  */
 static FenceConfig *
 fence_config_copy(const FenceConfig *packed)
