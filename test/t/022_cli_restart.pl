@@ -39,13 +39,18 @@ my $node = dlock_node('dlock_cli_restart',
 my $conn = $node->connstr('postgres');
 my $dir  = PostgreSQL::Test::Utils::tempdir('cli_restart');
 
-# 0. A hung backend.
+# 0. A hung backend.  With a ttl of 6 s the renew is sent 2 s after the
+# last one, abandoned after half the 2 s left before the keeper would stop
+# CMD, and the new connection has the last second to renew: a ttl of
+# 1.5 s left it 250 ms, which a loaded assert-enabled server (CI's
+# 15-assert run, 4 servers side by side) did not always meet.  CMD runs
+# long enough for a renew to hang wherever the backend is stopped.
 write_script("$dir/hang.sh", qq{echo "\$DLOCK_TOKEN" > $dir/hang.started
-sleep 3
+sleep 8
 echo done > $dir/hang.done
 });
 my $h = dlock_start([
-	'run', '-d', "$conn application_name=hung", '--ttl', '1500ms', 'hang-job',
+	'run', '-d', "$conn application_name=hung", '--ttl', '6s', 'hang-job',
 	'--', "$dir/hang.sh"
 ]);
 ok(wait_for_file("$dir/hang.started"), 'hung backend: CMD started');
