@@ -170,15 +170,12 @@ DlockNotifierWaitEvent(void)
 #if PG_VERSION_NUM >= 160000
 typedef TU_UpdateIndexes DlockUpdateIndexes;
 #define DlockNeedsIndexInsert(u)	((u) != TU_None)
-/* the update was not HOT: the new version starts a HOT chain of its own */
-#define DlockUpdateMovedRoot(u)		((u) == TU_All)
 #define DlockInsertIndexTuples(rri, slot, estate, u) \
 	((void) ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL, \
 								  (u) == TU_Summarizing))
 #else
 typedef bool DlockUpdateIndexes;
 #define DlockNeedsIndexInsert(u)	(u)
-#define DlockUpdateMovedRoot(u)		(u)
 #define DlockInsertIndexTuples(rri, slot, estate, u) \
 	((void) ExecInsertIndexTuples((rri), (slot), (estate), true, false, NULL, NIL))
 #endif

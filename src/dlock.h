@@ -228,9 +228,6 @@ typedef struct DlockFenceLease
 {
 	bool		found;			/* false: the name has no row */
 	int64		token;
-	bool		state_read;		/* false: released and expires_at unknown (a
-								 * 'latest' read the fence cache answered,
-								 * fence_cache.c) */
 	bool		released;
 	TimestampTz expires_at;
 	/* 'live' only: the writer's token is current, but ... */

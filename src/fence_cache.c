@@ -1,11 +1,12 @@
 /*-------------------------------------------------------------------------
  *
  * src/fence_cache.c
- *	  The fence cache: the current token of recently fenced lock names, in
- *	  shared memory, so that the 'latest' fence answers without the B-tree
- *	  descent and heap fetch of the lease row.  Only with
+ *	  The fence cache: the current lease of recently fenced lock names (its
+ *	  token, expiry, released flag and holder role), in shared memory, so
+ *	  that the 'latest' and 'live' fences answer without the B-tree descent
+ *	  and heap fetch of the lease row.  Only with
  *	  shared_preload_libraries = 'dlock'; without it, and for whatever the
- *	  cache cannot answer, the fence reads the index (DlockLeaseFenceRead).
+ *	  cache cannot answer, the fence reads the index (lease_fence.c).
  *
  * Owns the shared memory and its layout (fence_cache_int.h): the buckets
  * (FENCE_WAYS slots of a cache line each; an entry, keyed exactly by
@@ -167,21 +168,21 @@ DlockFenceBucketOf(text *lock_name, uint32 *tag)
 /*
  * DlockFenceCacheGet looks the lease of lock_name in the lease table rel
  * (locked by the caller, at least AccessShareLock) up in the cache.  On a
- * hit it sets *token and *root (the hint of where the row is) and returns
+ * hit it sets *lease (what the fence checks of the row) and returns
  * true.  On a miss it returns false and
  * fills in *ticket for DlockFenceCacheFill (ticket->bucket < 0: do not
  * fill); the caller then reads the index.  Takes no lock.
  */
 bool
-DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
-				   ItemPointer root, DlockFenceCacheTicket *ticket)
+DlockFenceCacheGet(Relation rel, text *lock_name, DlockFenceCached *lease,
+				   DlockFenceCacheTicket *ticket)
 {
 	ticket->bucket = -1;
 	/* a relfilenode this transaction made may never be committed */
 	if (DlockRelFileNumberIsNew(rel))
 		return false;
 	return DlockFenceCacheGetKey(RelationGetRelid(rel), DlockRelFileNumber(rel),
-								 lock_name, token, root, ticket);
+								 lock_name, lease, ticket);
 }
 
 /*
@@ -192,8 +193,8 @@ DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
  * design.md §12, "A hit without the table's lock").
  */
 bool
-DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name, int64 *token,
-					  ItemPointer root, DlockFenceCacheTicket *ticket)
+DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name,
+					  DlockFenceCached *lease, DlockFenceCacheTicket *ticket)
 {
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	FenceKey	key;
@@ -204,8 +205,7 @@ DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name, int64 *token,
 	uint32		version;
 	uint64		epoch;
 	bool		found = false;
-	int64		tok = 0;
-	ItemPointerData tid;
+	DlockFenceCached copy;
 	uint32		tag;
 	int			i;
 
@@ -244,8 +244,10 @@ DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name, int64 *token,
 		if (((volatile uint32 *) b->st.s.tags)[i] == tag &&
 			fence_entry_is(b, i, &key) && e->epoch == epoch)
 		{
-			tok = e->token;
-			tid = *(ItemPointer) &e->root;
+			copy.token = e->token;
+			copy.expires_at = e->expires_at;
+			copy.holder = e->holder;
+			copy.released = e->released;
 			found = true;
 			break;
 		}
@@ -258,9 +260,8 @@ DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name, int64 *token,
 		return false;			/* changed while read: neither */
 	if (found)
 	{
-		Assert(tok > 0 && ItemPointerIsValid(&tid));
-		*token = tok;
-		*root = tid;
+		Assert(copy.token > 0);
+		*lease = copy;
 		return true;
 	}
 	ticket->bucket = bno;
@@ -271,15 +272,14 @@ DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name, int64 *token,
 }
 
 /*
- * DlockFenceCacheFill stores token as the lease of lock_name, and root as
- * the root of its row's HOT chain, read from the index after the miss that
- * filled in *ticket, unless a change of the
+ * DlockFenceCacheFill stores *lease as the lease of lock_name, read from
+ * the index after the miss that filled in *ticket, unless a change of the
  * bucket (or a global one) was open or closed since the ticket was taken.
  * Takes the bucket's spinlock.
  */
 void
 DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
-					int64 token, ItemPointer root)
+					const DlockFenceCached *lease)
 {
 	int			namelen = VARSIZE_ANY_EXHDR(lock_name);
 	FenceBucket *b;
@@ -289,8 +289,7 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 	if (ticket->bucket < 0)
 		return;
 	Assert(fence_shared != NULL && ticket->bucket < fence_shared->nbuckets);
-	Assert(namelen <= FENCE_NAME_BYTES && token > 0);
-	Assert(ItemPointerIsValid(root));
+	Assert(namelen <= FENCE_NAME_BYTES && lease->token > 0);
 	Assert((ticket->version & 1) == 0);
 	b = &fence_buckets[ticket->bucket];
 
@@ -312,7 +311,7 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 	key.namelen = namelen;
 	key.name = VARDATA_ANY(lock_name);
 	way = DlockFenceTake(b, FENCE_SLOTS_OF(namelen), ticket->epoch);
-	DlockFenceEntrySet(b, way, &key, ticket->epoch, token, root);
+	DlockFenceEntrySet(b, way, &key, ticket->epoch, lease);
 	DlockFenceBucketCheck(b);
 	pg_write_barrier();
 	pg_atomic_write_u32(&b->st.s.version, ticket->version + 2);
@@ -383,29 +382,31 @@ DlockFenceTake(FenceBucket *b, int nslots, uint64 epoch)
 }
 
 /*
- * DlockFenceEntrySet writes key's entry, with its token, root and epoch,
+ * DlockFenceEntrySet writes key's entry, with *lease and epoch,
  * into slot way of b (and the next slot, for a long name): slots that
  * DlockFenceTake returned, or those of key's own entry.  The tag goes last.
  * Spinlock held, version odd.
  */
 void
 DlockFenceEntrySet(FenceBucket *b, int way, const FenceKey *key,
-				   uint64 epoch, int64 token, ItemPointer root)
+				   uint64 epoch, const DlockFenceCached *lease)
 {
 	volatile FenceEntry *e = &b->slots[way].e;
 	int			head = Min(key->namelen, FENCE_HEAD_NAME_BYTES);
 
 	Assert(way + FENCE_SLOTS_OF(key->namelen) <= FENCE_WAYS);
 	Assert(key->namelen <= FENCE_NAME_BYTES && (key->tag & 1) != 0);
-	Assert(token > 0 && ItemPointerIsValid(root));
+	Assert(lease->token > 0 && OidIsValid(lease->holder));
 	Assert((pg_atomic_read_u32(&b->st.s.version) & 1) != 0);
 	e->dbid = MyDatabaseId;
 	e->relid = key->relid;
 	e->relnumber = key->relnumber;
-	e->namelen = (uint16) key->namelen;
+	e->namelen = (uint8) key->namelen;
 	e->epoch = epoch;
-	e->token = token;
-	*(ItemPointer) &e->root = *root;
+	e->token = lease->token;
+	e->expires_at = lease->expires_at;
+	e->holder = lease->holder;
+	e->released = lease->released;
 	memcpy((char *) e->name, key->name, head);
 	if (key->namelen > head)
 	{
@@ -470,10 +471,10 @@ DlockFenceCacheInit(void)
 {
 	if (process_shared_preload_libraries_in_progress)
 		DefineCustomIntVariable("dlock.fence_cache_size",
-								"Slots of the fence cache, which keeps the current token of lock names in shared memory.",
-								"With shared_preload_libraries = 'dlock', the 'latest' fence answers "
-								"from this cache instead of the lease table's index.  A name of up to 28 "
-								"bytes takes one slot (72 bytes), a longer one two; 0 turns the cache off.",
+								"Slots of the fence cache, which keeps the current lease of lock names in shared memory.",
+								"With shared_preload_libraries = 'dlock', the 'latest' and 'live' fences "
+								"answer from this cache instead of the lease table.  A name "
+								"of up to 22 bytes takes one slot (72 bytes), a longer one two; 0 turns the cache off.",
 								&dlock_fence_cache_size,
 								65536,
 								0,

@@ -1,11 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * src/fence_cache.h
- *	  The fence cache (fence_cache.c): the current token of recently fenced
- *	  lock names in shared memory, for the 'latest' fence's read (and where
- *	  their rows are, a hint for the 'live' fence), and the calls that every
- *	  change of a lease's token or existence, and every write of a lease
- *	  row, must make.
+ *	  The fence cache (fence_cache.c): what the fence checks of the leases
+ *	  of recently fenced lock names (token, expiry, released, holder role),
+ *	  in shared memory, for the 'latest' and 'live' fences' reads, and the
+ *	  calls that every change of a lease row must make.
  *
  * Concurrency: fence_cache.c's header gives the protocol (a bucket's open
  * count, version and spinlock, the global open count and epoch) and the
@@ -19,8 +18,17 @@
 #define DLOCK_FENCE_CACHE_H
 
 #include "access/xact.h"
-#include "storage/itemptr.h"
+#include "datatype/timestamp.h"
 #include "utils/relcache.h"
+
+/* What the cache keeps of a lease: the fields of its row the fence checks. */
+typedef struct DlockFenceCached
+{
+	int64		token;
+	TimestampTz expires_at;
+	Oid			holder;			/* holder_role */
+	bool		released;
+} DlockFenceCached;
 
 /*
  * What a miss of DlockFenceCacheGet remembers for DlockFenceCacheFill: the
@@ -45,26 +53,27 @@ extern void DlockFenceCacheXactEnd(XactEvent event);
 extern void DlockFenceCacheSubXactEnd(SubXactEvent event,
 									  SubTransactionId mySubid);
 
-/* the fence's read and lock (lease_table.c) */
-extern bool DlockFenceCacheGet(Relation rel, text *lock_name, int64 *token,
-							   ItemPointer root, DlockFenceCacheTicket *ticket);
+/* the fence's read and lock (lease_fence.c) */
+extern bool DlockFenceCacheGet(Relation rel, text *lock_name,
+							   DlockFenceCached *lease,
+							   DlockFenceCacheTicket *ticket);
 extern bool DlockFenceCacheGetKey(Oid relid, Oid relnumber, text *lock_name,
-								  int64 *token, ItemPointer root,
+								  DlockFenceCached *lease,
 								  DlockFenceCacheTicket *ticket);
 extern void DlockFenceCacheFill(const DlockFenceCacheTicket *ticket,
-								text *lock_name, int64 token,
-								ItemPointer root);
+								text *lock_name,
+								const DlockFenceCached *lease);
 
 /* the lease table's relcache entry was invalidated (store_cache.c) */
 extern void DlockFenceCacheTableChanged(void);
 
-/* writers: before a change of a name's token or existence can be seen */
+/* writers: before a change of a name's row can be seen */
 extern void DlockFenceCacheOpen(text *lock_name);
 extern void DlockFenceCacheOpenAll(void);
 
 /* writers: after every write of a row, what it left (lease_table.c, store_ops.c) */
-extern void DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
-								   ItemPointer root);
+extern void DlockFenceCachePublish(Relation rel, text *lock_name,
+								   const DlockFenceCached *lease);
 
 /* whether this backend changed a token since (fence.c) */
 extern uint64 DlockFenceCacheChanges(void);

@@ -17,14 +17,15 @@
 
 #include "miscadmin.h"
 #include "port/atomics.h"
-#include "storage/itemptr.h"
 #include "storage/spin.h"
+
+#include "fence_cache.h"
 
 /* Slots per bucket (64 bytes each). */
 #define FENCE_WAYS			8
 
 /* The bytes of a name an entry's first slot holds */
-#define FENCE_HEAD_NAME_BYTES	28
+#define FENCE_HEAD_NAME_BYTES	22
 
 /*
  * The longest lock name an entry holds (its first slot's part and a whole
@@ -33,20 +34,23 @@
 #define FENCE_NAME_BYTES	(FENCE_HEAD_NAME_BYTES + 64)
 
 /*
- * One cached lease, in one slot (a cache line): its exact key, its token,
- * where its row is, and its name when it has at most FENCE_HEAD_NAME_BYTES
- * bytes.  A longer name's entry takes two adjacent slots, the second
- * holding the rest of the name (FenceSlot.rest).
+ * One cached lease, in one slot (a cache line): its exact key, what the
+ * fence checks of its row (DlockFenceCached), and its name when it has at
+ * most FENCE_HEAD_NAME_BYTES bytes.  A longer name's entry takes two
+ * adjacent slots, the second holding the rest of the name
+ * (FenceSlot.rest).
  */
 typedef struct FenceEntry
 {
 	int64		token;
 	uint64		epoch;			/* the global epoch it was filled in */
+	TimestampTz expires_at;
 	Oid			dbid;
 	Oid			relid;			/* the lease table */
 	Oid			relnumber;		/* its relfilenode */
-	ItemPointerData root;		/* the root of the row's HOT chain: a hint */
-	uint16		namelen;
+	Oid			holder;			/* the lease's holder role */
+	uint8		namelen;
+	bool		released;
 	char		name[FENCE_HEAD_NAME_BYTES];
 } FenceEntry;
 
@@ -58,6 +62,8 @@ typedef union FenceSlot
 
 StaticAssertDecl(sizeof(FenceEntry) == 64 && sizeof(FenceSlot) == 64,
 				 "a fence cache slot takes one cache line");
+StaticAssertDecl(FENCE_NAME_BYTES <= PG_UINT8_MAX,
+				 "an entry's namelen holds the longest name it holds");
 
 /*
  * A slot's tag: 0 when empty; for an entry's first slot, bits of the name's
@@ -155,7 +161,7 @@ extern bool dlock_fence_cache;
 extern int	DlockFenceBucketOf(text *lock_name, uint32 *tag);
 extern int	DlockFenceTake(FenceBucket *b, int nslots, uint64 epoch);
 extern void DlockFenceEntrySet(FenceBucket *b, int way, const FenceKey *key,
-							   uint64 epoch, int64 token, ItemPointer root);
+							   uint64 epoch, const DlockFenceCached *lease);
 extern void DlockFenceEntryDrop(FenceBucket *b, int way);
 extern void DlockFenceBucketCheck(FenceBucket *b);
 

@@ -6,7 +6,7 @@
  *	  writes of lease rows record (DlockFenceCachePublish, forgotten when a
  *	  subtransaction rolls back), and its close at the end of the
  *	  top-level transaction (DlockFenceCacheXactEnd, called by xact.c):
- *	  under each opened bucket's spinlock, publishing the tokens of the
+ *	  under each opened bucket's spinlock, publishing the leases of the
  *	  names a committed transaction changed there, or clearing the bucket.
  *	  The buckets themselves, and the readers, are fence_cache.c's.
  *
@@ -79,8 +79,7 @@ typedef struct FencePending
 	SubTransactionId subid;		/* the subtransaction of the last write */
 	Oid			relid;			/* the lease table */
 	Oid			relnumber;		/* its relfilenode */
-	int64		token;
-	ItemPointerData root;
+	DlockFenceCached lease;		/* the row as the last write left it */
 	uint32		tag;
 	uint16		namelen;
 	char		name[FENCE_NAME_BYTES];
@@ -224,8 +223,9 @@ fence_find(int first, text *lock_name)
 /*
  * DlockFenceCacheOpen marks lock_name's bucket as changing until the
  * current top-level transaction ends, and starts the name's record.  Call
- * it before modifying a lease row in a way that changes its token or its
- * existence.  Nothing without the cache; cannot raise.
+ * it before any change of the name's lease row (its first insert, every
+ * update, its delete) can be seen.  Nothing without the cache; cannot
+ * raise.
  */
 void
 DlockFenceCacheOpen(text *lock_name)
@@ -295,24 +295,20 @@ DlockFenceCacheOpen(text *lock_name)
 
 /*
  * DlockFenceCachePublish records that this transaction's latest write of
- * lock_name's row in the lease table rel left token and root (the TID of
- * the root of the row's HOT chain; NULL when it is no root), for the
- * close to publish if the transaction commits and nothing else touched the
- * bucket meanwhile (fence_close).  Call it after every write of a row by
- * dlock, whether or not that write opened the name: a name this
- * transaction did not open changed neither its token nor its place, and
- * needs no record.  Cannot raise.
+ * lock_name's row in the lease table rel left *lease, for the close to
+ * publish if the transaction commits and nothing else touched the bucket
+ * meanwhile (fence_close).  Call it after every write of a row by dlock,
+ * which opened the name before.  Cannot raise.
  */
 void
-DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
-					   ItemPointer root)
+DlockFenceCachePublish(Relation rel, text *lock_name,
+					   const DlockFenceCached *lease)
 {
 	uint32		tag;
 	int			first;
 	int			i;
 	FencePending *p;
 
-	/* a renew or release of a name nothing opened: no hash on this path */
 	if (fence_shared == NULL || pending_all || npending == 0)
 		return;
 	first = fence_opener(DlockFenceBucketOf(lock_name, &tag));
@@ -322,7 +318,7 @@ DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
 	p = &pending[i];
 	if (p->publish == PUBLISH_NEVER)
 		return;
-	if (root == NULL || !ItemPointerIsValid(root) || token <= 0 ||
+	if (lease->token <= 0 || !OidIsValid(lease->holder) ||
 		DlockRelFileNumberIsNew(rel))
 	{
 		p->publish = PUBLISH_NEVER;
@@ -332,8 +328,7 @@ DlockFenceCachePublish(Relation rel, text *lock_name, int64 token,
 	p->subid = GetCurrentSubTransactionId();
 	p->relid = RelationGetRelid(rel);
 	p->relnumber = DlockRelFileNumber(rel);
-	p->token = token;
-	p->root = *root;
+	p->lease = *lease;
 }
 
 /*
@@ -435,8 +430,7 @@ fence_publish(FenceBucket *b, const FencePending *p, uint64 epoch)
 	}
 	if (way < 0)
 		way = DlockFenceTake(b, FENCE_SLOTS_OF(p->namelen), epoch);
-	DlockFenceEntrySet(b, way, &key, epoch, p->token,
-					   (ItemPointer) &p->root);
+	DlockFenceEntrySet(b, way, &key, epoch, &p->lease);
 }
 
 /*

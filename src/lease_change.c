@@ -48,7 +48,6 @@
 #include "utils/snapmgr.h"
 #include "compat.h"
 #include "dlock.h"
-#include "fence_cache.h"
 #include "lease_room.h"
 #include "lease_table.h"
 #include "lease_table_int.h"
@@ -184,8 +183,7 @@ DlockLeaseTake(const DlockLeaseTable *table, Oid seqrelid, text *lock_name,
 		*token = DlockTokenDrawAbove(seqrelid, row.f.token);
 		Assert(*token > row.f.token);
 
-		/* the token changes: the fence cache must not answer meanwhile */
-		DlockFenceCacheOpen(lock_name);
+		/* DlockLeaseWrite opens the name's bucket of the fence cache first */
 		row.f.token = *token;
 		row.f.owner = owner;
 		row.f.holder_role = holder;

@@ -6,12 +6,17 @@
  *	  and the 'live' fence's read under a lock (DlockLeaseFenceLock), which
  *	  run as the caller (design.md §14, §17).
  *
+ * Owns the relfilenode of the lease table that its last locked read found
+ * (fence_table_key), with which the fence cache answers without a lock on
+ * the table.
+ *
  * Concurrency: the 'latest' read takes AccessShareLock on the table and
  * its index and no row lock, with a fresh snapshot; a hit of the fence
- * cache under a relfilenode store.c knows to be current takes no lock at
- * all (DlockLeaseFenceHit, design.md §12).  The 'live' check
+ * cache under a relfilenode known to be current takes no lock at all
+ * (lease_fence_hit, design.md §12).  The 'live' check
  * takes dlock's name lock in ShareLock, waiting for a grant of the name
- * in progress, and reads with a snapshot taken after it (AccessShareLock);
+ * in progress, then reads the fence cache (without a lock on the table,
+ * as the 'latest' read) or with a snapshot taken after it (AccessShareLock);
  * when a takeover that has written the row is in the row's update chain,
  * not aborted, it gives the lock back, waits for that transaction and
  * starts again (lease_chain_taker);
@@ -50,6 +55,7 @@
 #include "utils/acl.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/inval.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
@@ -59,6 +65,7 @@
 #include "lease_room.h"
 #include "lease_table.h"
 #include "lease_table_int.h"
+#include "store_int.h"
 
 /*
  * lease_slot_has_name reports whether the version in slot is the row of
@@ -80,46 +87,139 @@ static void
 lease_fence_fields(const DlockLeaseTable *table, TupleTableSlot *slot,
 				   DlockFenceLease *lease)
 {
+	lease->found = true;
 	lease->token = DatumGetInt64(DlockLeaseField(slot, table->att_token));
 	lease->expires_at = DatumGetTimestampTz(DlockLeaseField(slot, table->att_expires_at));
 	lease->released = DatumGetBool(DlockLeaseField(slot, table->att_released));
-	lease->state_read = true;
+}
+
+/*
+ * lease_fence_fill offers what the fence checks of the lease row in slot,
+ * read after the miss that filled in *ticket, to the fence cache.
+ */
+static void
+lease_fence_fill(const DlockLeaseTable *table, TupleTableSlot *slot,
+				 text *lock_name, const DlockFenceCacheTicket *ticket)
+{
+	DlockFenceCached c;
+
+	if (ticket->bucket < 0)
+		return;
+	c.token = DatumGetInt64(DlockLeaseField(slot, table->att_token));
+	c.expires_at = DatumGetTimestampTz(DlockLeaseField(slot, table->att_expires_at));
+	c.holder = DatumGetObjectId(DlockLeaseField(slot, table->att_holder_role));
+	c.released = DatumGetBool(DlockLeaseField(slot, table->att_released));
+	DlockFenceCacheFill(ticket, lock_name, &c);
+}
+
+/*
+ * lease_fence_cached copies the fence cache's copy c of a lease row into
+ * *lease.
+ */
+static void
+lease_fence_cached(const DlockFenceCached *c, DlockFenceLease *lease)
+{
+	lease->found = true;
+	lease->token = c->token;
+	lease->expires_at = c->expires_at;
+	lease->released = c->released;
+}
+
+/*
+ * The lease table's relfilenode as the last fence read that opened the
+ * table found it under its lock (not one this transaction made), and how
+ * many invalidations of the table this backend had processed then
+ * (DlockStoreTableInvals).  While none has been processed since, it is
+ * still the table's (a new relfilenode, or a dropped table, sends one), and
+ * a read answered by the fence cache needs no lock on the table
+ * (design.md §12, "A hit without the table's lock").  relid InvalidOid:
+ * nothing known.
+ */
+static struct
+{
+	Oid			relid;
+	Oid			relnumber;
+	uint64		invals;
+}			fence_table_key;
+
+/*
+ * lease_fence_remember notes the relfilenode of rel, the lease table,
+ * which the caller has locked, in fence_table_key; nothing when this
+ * transaction made it (it may never be committed).
+ */
+static void
+lease_fence_remember(Relation rel)
+{
+	if (DlockRelFileNumberIsNew(rel))
+	{
+		fence_table_key.relid = InvalidOid;
+		return;
+	}
+	fence_table_key.relid = RelationGetRelid(rel);
+	fence_table_key.relnumber = DlockRelFileNumber(rel);
+	fence_table_key.invals = DlockStoreTableInvals();
+}
+
+/*
+ * lease_fence_hit answers the read of lock_name from the fence cache
+ * without opening the lease table, when the relfilenode in
+ * fence_table_key is still current: sets *c and returns true; false: read
+ * it.  The full barrier keeps AcceptInvalidationMessages' unlocked look at
+ * the invalidation queue from moving before what the fence read before
+ * this (a lock acquisition would do that too).  Takes no lock.
+ */
+static bool
+lease_fence_hit(const DlockLeaseTable *table, text *lock_name,
+				DlockFenceCached *c)
+{
+	DlockFenceCacheTicket ticket;
+
+	if (fence_table_key.relid != table->relid)
+		return false;
+	pg_memory_barrier();
+	AcceptInvalidationMessages();
+	if (fence_table_key.invals != DlockStoreTableInvals())
+		return false;
+	return DlockFenceCacheGetKey(table->relid, fence_table_key.relnumber,
+								 lock_name, c, &ticket);
 }
 
 /*
  * DlockLeaseFenceRead reads the lease of lock_name into *lease for the
  * 'latest' fence: from the fence cache when it knows the name
- * (fence_cache.c; then only found and token are set, and state_read is
- * false), otherwise straight from the primary key index and the heap, with
- * a fresh snapshot and no row lock, without SPI's per-statement executor
- * setup, and then offers the token to the cache.  The same MVCC read as
- * DlockLeaseRead.  Takes AccessShareLock on the table (and on the index when
- * it reads it), kept until the transaction ends; the table's lock is what
- * makes its relfilenode, part of the cache's key, current.  Sets *relnumber
- * to that relfilenode, or InvalidOid when this transaction made it (the
- * cache is then not used).  Runs as the caller (opening a relation checks
- * no privilege); the lookup evaluates no user-defined function.
+ * (fence_cache.c), without even opening the table while the relfilenode
+ * its last read found is current (lease_fence_hit), otherwise straight
+ * from the primary key index and the heap, with a fresh snapshot and no
+ * row lock, without SPI's per-statement executor setup, and then offers
+ * the row to the cache.  The same MVCC read as DlockLeaseRead.  But for
+ * the hit without the table, takes AccessShareLock on the table (and on
+ * the index when it reads it), kept until the transaction ends; the
+ * table's lock is what makes its relfilenode, part of the cache's key,
+ * current.  Runs as the caller (opening a relation checks no privilege);
+ * the lookup evaluates no user-defined function.
  */
 void
 DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
-					DlockFenceLease *lease, Oid *relnumber)
+					DlockFenceLease *lease)
 {
 	Relation	rel;
 	Relation	idx;
 	Snapshot	snap;
 	TupleTableSlot *slot;
 	DlockFenceCacheTicket ticket;
-	ItemPointerData root;
+	DlockFenceCached c;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
-	rel = table_open(table->relid, AccessShareLock);
-	*relnumber = DlockRelFileNumberIsNew(rel) ? InvalidOid : DlockRelFileNumber(rel);
-	lease->state_read = false;
-	lease->released = false;
-	lease->expires_at = 0;
-	if (DlockFenceCacheGet(rel, lock_name, &lease->token, &root, &ticket))
+	if (lease_fence_hit(table, lock_name, &c))
 	{
-		lease->found = true;
+		lease_fence_cached(&c, lease);
+		return;
+	}
+	rel = table_open(table->relid, AccessShareLock);
+	lease_fence_remember(rel);
+	if (DlockFenceCacheGet(rel, lock_name, &c, &ticket))
+	{
+		lease_fence_cached(&c, lease);
 		table_close(rel, NoLock);
 		return;
 	}
@@ -129,116 +229,47 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	snap = RegisterSnapshot(GetLatestSnapshot());
 	slot = table_slot_create(rel, NULL);
 
-	lease->found = DlockLeaseLookup(rel, idx, snap, lock_name, slot, &root);
+	lease->found = DlockLeaseLookup(rel, idx, snap, lock_name, slot);
 	if (lease->found)
+	{
 		lease_fence_fields(table, slot, lease);
+		lease_fence_fill(table, slot, lock_name, &ticket);
+	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
 	index_close(idx, NoLock);
 	table_close(rel, NoLock);
-	if (lease->found)
-		DlockFenceCacheFill(&ticket, lock_name, lease->token, &root);
 }
 
-/*
- * DlockLeaseFenceHit is DlockLeaseFenceRead answered by the fence cache
- * alone, without opening the table: relnumber is the table's relfilenode,
- * which the caller knows to be current (store.c, design.md §12, "A hit
- * without the table's lock").  Returns false, having set nothing, when the
- * cache does not know the name; the caller then reads.  Takes no lock.
- */
-bool
-DlockLeaseFenceHit(const DlockLeaseTable *table, Oid relnumber,
-				   text *lock_name, DlockFenceLease *lease)
-{
-	DlockFenceCacheTicket ticket;
-	ItemPointerData root;
-	int64		token;
-
-	Assert(OidIsValid(table->relid) && OidIsValid(relnumber));
-	if (!DlockFenceCacheGetKey(table->relid, relnumber, lock_name, &token,
-							   &root, &ticket))
-		return false;
-	lease->found = true;
-	lease->token = token;
-	lease->state_read = false;
-	lease->released = false;
-	lease->expires_at = 0;
-	return true;
-}
-
-/*
- * lease_fetch_hint fetches, with snapshot, the visible version of the HOT
- * chain whose root is at *root into slot, and returns whether there was one
- * and it is lock_name's row: what DlockLeaseLookup would find, without the
- * B-tree descent.  The fence cache's root (fence_cache.c) is a hint, and
- * this checks it; it always points into the table (a page holding a live
- * row's root is never truncated, and a non-HOT update or a delete of the
- * row opens the name's bucket until its transaction has ended).
- */
-static bool
-lease_fetch_hint(const DlockLeaseTable *table, Relation rel,
-				 Snapshot snapshot, ItemPointer root, text *lock_name,
-				 TupleTableSlot *slot)
-{
-	IndexFetchTableData *fetch = table_index_fetch_begin(rel);
-	ItemPointerData tid = *root;
-	bool		call_again = false;
-	bool		all_dead = false;
-	bool		found;
-
-	found = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again,
-									&all_dead);
-	table_index_fetch_end(fetch);
-	return found && lease_slot_has_name(table, slot, lock_name);
-}
-
-/* The visible version of a lease row that lease_find found, and how. */
+/* The visible version of a lease row that lease_find found. */
 typedef struct LeaseFind
 {
 	Snapshot	snap;			/* taken after the cache's ticket */
 	TupleTableSlot *slot;		/* the version */
-	Relation	idx;			/* the primary key, when it was read */
+	Relation	idx;			/* the primary key */
 } LeaseFind;
 
 /*
  * lease_find finds the version of lock_name's row in rel (the lease table,
- * locked by the caller) visible to a fresh snapshot: through the fence
- * cache's root hint when use_cache and the cache knows the name (checked:
- * lease_fetch_hint), else through the primary key (AccessShareLock, kept
- * until the transaction ends), and then offers its token to the cache.
- * Returns whether there is one, in f->slot; lease_find_end frees *f.
+ * locked by the caller) visible to a fresh snapshot, through the primary
+ * key (AccessShareLock, kept until the transaction ends), and then offers
+ * it to the cache with *ticket (the miss's, taken before: bucket < 0 for
+ * none).  Returns whether there is one, in f->slot; lease_find_end frees
+ * *f.
  */
 static bool
 lease_find(const DlockLeaseTable *table, Relation rel, text *lock_name,
-		   bool use_cache, LeaseFind *f)
+		   const DlockFenceCacheTicket *ticket, LeaseFind *f)
 {
-	DlockFenceCacheTicket ticket;
-	ItemPointerData root;
-	int64		cached_token;
-	bool		hinted = false;
 	bool		seen;
 
-	ticket.bucket = -1;
-	if (use_cache)
-		hinted = DlockFenceCacheGet(rel, lock_name, &cached_token, &root,
-									&ticket);
 	/* taken after the ticket (fence_cache.c: a fill needs that order) */
 	f->snap = RegisterSnapshot(GetLatestSnapshot());
 	f->slot = table_slot_create(rel, NULL);
-	f->idx = NULL;
-	seen = hinted &&
-		lease_fetch_hint(table, rel, f->snap, &root, lock_name, f->slot);
-	if (!seen)
-	{
-		f->idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
-		seen = DlockLeaseLookup(rel, f->idx, f->snap, lock_name, f->slot,
-								&root);
-		if (seen && !hinted)
-			DlockFenceCacheFill(&ticket, lock_name,
-								DatumGetInt64(DlockLeaseField(f->slot, table->att_token)),
-								&root);
-	}
+	f->idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
+	seen = DlockLeaseLookup(rel, f->idx, f->snap, lock_name, f->slot);
+	if (seen)
+		lease_fence_fill(table, f->slot, lock_name, ticket);
 	return seen;
 }
 
@@ -250,8 +281,7 @@ lease_find_end(LeaseFind *f)
 {
 	ExecDropSingleTupleTableSlot(f->slot);
 	UnregisterSnapshot(f->snap);
-	if (f->idx != NULL)
-		index_close(f->idx, NoLock);
+	index_close(f->idx, NoLock);
 }
 
 /*
@@ -280,9 +310,8 @@ lease_holder_denies(const DlockLeaseTable *table, TupleTableSlot *slot,
  * lease_fence_row_lock reads the lease of lock_name into *lease for the
  * 'live' fence and locks its row FOR KEY SHARE until the transaction ends,
  * as SELECT ... FOR KEY SHARE would, without SPI: the version visible to a
- * fresh snapshot, found through the root of its HOT chain that the fence
- * cache keeps (checked: lease_fetch_hint) or else through the primary key
- * (then offered to the cache), then table_tuple_lock on that version,
+ * fresh snapshot, found through the primary key (then offered to the
+ * cache, but in a SERIALIZABLE transaction), then table_tuple_lock on that version,
  * waiting for a transaction that holds a conflicting lock (a takeover's
  * FOR UPDATE) or changed the row.  READ COMMITTED rules, also under
  * REPEATABLE READ: when the row was changed concurrently, the lock follows
@@ -291,9 +320,8 @@ lease_holder_denies(const DlockLeaseTable *table, TupleTableSlot *slot,
  * transaction keeps its rules, as the SQL statement did: a concurrent
  * update or delete raises 40001 (the messages and codes of ExecLockRows);
  * it always goes through the index, whose predicate locks SSI needs.
- * Takes RowShareLock on the table (before the cache lookup: it keeps VACUUM
- * from truncating the table under the hint) and AccessShareLock on its
- * index, kept until the transaction ends.  Runs as the caller (locking a
+ * Takes RowShareLock on the table and AccessShareLock on its index, kept
+ * until the transaction ends.  Runs as the caller (locking a
  * row directly checks no privilege), so the holder-role rule is applied
  * here, to the session's role (GetOuterUserId: the role SET ROLE made
  * current, not the owner of a SECURITY DEFINER function or of the table a
@@ -318,17 +346,25 @@ lease_fence_row_lock(const DlockLeaseTable *table, text *lock_name,
 	int			lockflags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
 	bool		seen;
 	Oid			actor = GetOuterUserId();
+	DlockFenceCacheTicket ticket;
+	DlockFenceCached c;
 
 	Assert(OidIsValid(table->relid) && table->att_token > 0);
 	rel = table_open(table->relid, RowShareLock);
 	if (!IsolationIsSerializable())
 		lockflags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
 	lease->found = false;
-	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	/* SERIALIZABLE goes through the index, whose predicate locks SSI needs */
-	seen = lease_find(table, rel, lock_name, !IsolationIsSerializable(), &f);
+
+	/*
+	 * The row is read to be locked; the cache only learns it, but not from a
+	 * SERIALIZABLE transaction (as before the cache: its rules decide)
+	 */
+	ticket.bucket = -1;
+	if (!IsolationIsSerializable())
+		(void) DlockFenceCacheGet(rel, lock_name, &c, &ticket);
+	seen = lease_find(table, rel, lock_name, &ticket, &f);
 	slot = f.slot;
 	if (seen && lease_holder_denies(table, slot, token, actor, lease))
 	{
@@ -465,27 +501,46 @@ lease_chain_taker(Relation rel, TupleTableSlot *slot)
 }
 
 /*
+ * lease_fence_live_cached answers the 'live' check from the fence cache's
+ * copy c of the lease row: copies it into *lease and applies the
+ * holder-role rule as lease_holder_denies does.
+ */
+static void
+lease_fence_live_cached(const DlockFenceCached *c, int64 token,
+						DlockFenceLease *lease)
+{
+	lease_fence_cached(c, lease);
+	if (c->token == token && !DlockMayActFor(GetOuterUserId(), c->holder))
+	{
+		lease->denied = true;
+		lease->holder = c->holder;
+	}
+}
+
+/*
  * lease_fence_name_lock reads the lease of lock_name into *lease for the
  * 'live' fence under the name lock that DlockNameLockLive took (tag): the
- * newest committed version, found through the fence cache's root hint or
- * the primary key (then offered to the cache) with a snapshot taken after
- * the lock.  A first row's insert holds the name lock until its
- * transaction ends, so the lock waited for one in progress and refuses
- * later ones.  A takeover holds it only until it has written its row (so
- * that a set acquire of thousands of names keeps no lock-table entry per
- * name), and then is in the version's update chain (lease_chain_taker), in
- * progress or committed after the snapshot: this then releases the name
- * lock and returns that transaction, which the caller waits for before it
- * tries again.  Otherwise it returns
- * InvalidTransactionId: no grant can commit before this transaction ends
- * (a takeover needs the name lock, which conflicts, and then locks the row
- * FOR UPDATE).  The holder-role rule is applied as in
- * lease_fence_row_lock.  When the write cannot pass (no row, another
- * token, denied, released), the lock is released again, so that a stale
- * or foreign writer keeps nobody from a takeover.  Takes AccessShareLock
- * on the table (before the cache lookup: it keeps VACUUM from truncating
- * the table under the hint) and, when it reads it, on its index, kept
- * until the transaction ends.
+ * newest committed version, from the fence cache (without opening the
+ * table while the relfilenode its last read found is current,
+ * lease_fence_hit) or through the primary key (then offered to the cache)
+ * with a snapshot taken after the lock.  A first row's insert holds the
+ * name lock until its transaction ends, so the lock waited for one in
+ * progress and refuses later ones.  A takeover holds it only until it has
+ * written its row (so that a set acquire of thousands of names keeps no
+ * lock-table entry per name), and then is in the version's update chain
+ * (lease_chain_taker), in progress or committed after the snapshot: this
+ * then releases the name lock and returns that transaction, which the
+ * caller waits for before it tries again.  A takeover keeps the name's
+ * bucket open from before it writes until after its commit, so the cache
+ * answers only when there is none, or its close has put its lease there
+ * (design.md §12).  Otherwise it returns InvalidTransactionId: no grant
+ * can commit before this transaction ends (a takeover needs the name lock,
+ * which conflicts, and then locks the row FOR UPDATE).  The holder-role
+ * rule is applied as in lease_fence_row_lock.  When the write cannot pass
+ * (no row, another token, denied, released), the lock is released again,
+ * so that a stale or foreign writer keeps nobody from a takeover.  Unless
+ * the cache answers without the table, takes AccessShareLock on the table
+ * and, when it reads it, on its index, kept until the transaction ends.
  */
 static TransactionId
 lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
@@ -495,31 +550,42 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 	LeaseFind	f;
 	bool		seen;
 	TransactionId taker = InvalidTransactionId;
+	DlockFenceCacheTicket ticket;
+	DlockFenceCached c;
 
 	Assert(!IsolationIsSerializable());
-	rel = table_open(table->relid, AccessShareLock);
 	lease->found = false;
-	lease->state_read = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	/* the snapshot is taken after the name lock */
-	seen = lease_find(table, rel, lock_name, true, &f);
-
-	/*
-	 * not a heap (a DBA's doing): takeovers keep the name lock
-	 * (lease_change.c)
-	 */
-	if (seen && DlockLeaseIsHeap(rel))
-		taker = lease_chain_taker(rel, f.slot);
-	if (seen && !TransactionIdIsValid(taker))
+	/* the cache is read, or the snapshot taken, after the name lock */
+	if (lease_fence_hit(table, lock_name, &c))
+		lease_fence_live_cached(&c, token, lease);
+	else
 	{
-		lease->found = true;
-		lease_fence_fields(table, f.slot, lease);
-		(void) lease_holder_denies(table, f.slot, token, GetOuterUserId(),
-								   lease);
+		rel = table_open(table->relid, AccessShareLock);
+		lease_fence_remember(rel);
+		if (DlockFenceCacheGet(rel, lock_name, &c, &ticket))
+			lease_fence_live_cached(&c, token, lease);
+		else
+		{
+			seen = lease_find(table, rel, lock_name, &ticket, &f);
+
+			/*
+			 * not a heap (a DBA's doing): takeovers keep the name lock
+			 * (lease_change.c)
+			 */
+			if (seen && DlockLeaseIsHeap(rel))
+				taker = lease_chain_taker(rel, f.slot);
+			if (seen && !TransactionIdIsValid(taker))
+			{
+				lease_fence_fields(table, f.slot, lease);
+				(void) lease_holder_denies(table, f.slot, token,
+										   GetOuterUserId(), lease);
+			}
+			lease_find_end(&f);
+		}
+		table_close(rel, NoLock);
 	}
-	lease_find_end(&f);
-	table_close(rel, NoLock);
 
 	/*
 	 * fence.c rejects all of these.  Not an expiry: fence.c judges that on

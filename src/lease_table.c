@@ -173,12 +173,11 @@ DlockLeasePkeyOpen(const DlockLeaseTable *table, Relation rel, LOCKMODE lockmode
 /*
  * DlockLeaseLookup looks lock_name up in the lease table rel through its
  * primary key idx with snapshot, stores the visible version (if any) in
- * slot and returns whether there was one.  With root, also sets *root to
- * the TID the index entry points at (the root of the version's HOT chain).
+ * slot and returns whether there was one.
  */
 bool
 DlockLeaseLookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
-				 TupleTableSlot *slot, ItemPointer root)
+				 TupleTableSlot *slot)
 {
 	IndexScanDesc scan;
 	ScanKeyData key;
@@ -188,30 +187,8 @@ DlockLeaseLookup(Relation rel, Relation idx, Snapshot snapshot, text *lock_name,
 						   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
 	scan = DlockIndexBeginScan(rel, idx, snapshot, 1, 0);
 	index_rescan(scan, &key, 1, NULL, 0);
-
-	/*
-	 * As index_getnext_slot, keeping the TID the index entry points at: the
-	 * root of the row's HOT chain (index_fetch_heap moves xs_heaptid to the
-	 * version it found, which may be a heap-only tuple).
-	 */
 	Assert(IsMVCCSnapshot(snapshot));	/* one visible version per chain */
-	found = false;
-	for (;;)
-	{
-		ItemPointer tid = index_getnext_tid(scan, ForwardScanDirection);
-		ItemPointerData entry;
-
-		if (tid == NULL)
-			break;
-		entry = *tid;
-		if (index_fetch_heap(scan, slot))
-		{
-			found = true;
-			if (root != NULL)
-				*root = entry;
-			break;
-		}
-	}
+	found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	index_endscan(scan);
 	return found;
 }
@@ -356,12 +333,9 @@ DlockLeaseRowFromSlot(LeaseAccess *la, LeaseRow *row)
 bool
 DlockLeaseRead(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
 {
-	ItemPointerData root;
-
-	if (!DlockLeaseLookup(la->rel, la->idx, snapshot, lock_name, la->slot, &root))
+	if (!DlockLeaseLookup(la->rel, la->idx, snapshot, lock_name, la->slot))
 		return false;
 	DlockLeaseRowFromSlot(la, row);
-	row->root = root;
 	return true;
 }
 
@@ -421,15 +395,33 @@ lease_make_room_for_update(LeaseAccess *la, LeaseRow *row)
 }
 
 /*
+ * lease_publish records, for the fence cache to publish if the transaction
+ * commits, what the fence checks of lock_name's row in rel as this
+ * transaction's write left it (f).
+ */
+static void
+lease_publish(Relation rel, text *lock_name, const DlockLeaseFields *f)
+{
+	DlockFenceCached lease;
+
+	lease.token = f->token;
+	lease.expires_at = f->expires_at;
+	lease.holder = f->holder_role;
+	lease.released = f->released;
+	DlockFenceCachePublish(rel, lock_name, &lease);
+}
+
+/*
  * DlockLeaseWrite replaces the version at row->tid (the one in la->slot) of
  * lock_name's row with row's fields (already changed by the caller),
  * carrying over the lock name and any column dlock does not know, waiting
  * for a concurrent transaction that holds a conflicting lock or changed
  * it.  Returns TM_Ok when it wrote, or TM_Updated / TM_Deleted when a
  * concurrent transaction committed a change first (nothing written: read
- * the row again).  Adds the index entries when the update is not HOT (and
- * then opens the name's bucket of the fence cache), and makes the change
- * visible to the rest of the transaction (CommandCounterIncrement).
+ * the row again).  Opens the name's bucket of the fence cache before the
+ * update, adds the index entries when the update is not HOT, and makes
+ * the change visible to the rest of the transaction
+ * (CommandCounterIncrement).
  */
 TM_Result
 DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *row)
@@ -463,6 +455,13 @@ DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *r
 
 	if (row->tight)
 		lease_make_room_for_update(la, row);
+
+	/*
+	 * The cache holds what the fence checks of the row (fence_cache.c): open
+	 * the name's bucket before the new version can be seen, by anyone
+	 * (design.md §12).
+	 */
+	DlockFenceCacheOpen(lock_name);
 	res = table_tuple_update(la->rel, &row->tid, newslot,
 							 GetCurrentCommandId(true), snapshot,
 							 InvalidSnapshot, true, &tmfd, &lockmode,
@@ -478,29 +477,10 @@ DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *r
 			elog(ERROR, "unexpected result %d updating a dlock lease row", (int) res);
 	}
 
-	/*
-	 * Not HOT: the row's HOT chain, whose root the fence cache may hold,
-	 * moves (fence_cache.c); open the name's bucket before the new version
-	 * can be seen (here: before the CommandCounterIncrement).
-	 */
 	if (DlockNeedsIndexInsert(update_indexes))
-	{
-		DlockFenceCacheOpen(lock_name);
 		lease_insert_index_entries(la, update_indexes);
-	}
-	/* not HOT (a summarizing index's insert alone is HOT): a new chain */
-	if (DlockUpdateMovedRoot(update_indexes))
-		row->root = newslot->tts_tid;
-
-	/*
-	 * What the row is now, for the cache to publish if this transaction
-	 * commits and the write opened the name's bucket (a takeover, or a new
-	 * chain): not for a table that is not a heap, whose TIDs are no roots.
-	 */
-	if (DlockLeaseIsHeap(la->rel))
-		DlockFenceCachePublish(la->rel, lock_name, row->f.token, &row->root);
-	else
-		DlockFenceCachePublish(la->rel, lock_name, row->f.token, NULL);
+	/* what the row is now, for the cache to publish if this commits */
+	lease_publish(la->rel, lock_name, &row->f);
 	CommandCounterIncrement();
 	return TM_Ok;
 }
@@ -508,17 +488,16 @@ DlockLeaseWrite(LeaseAccess *la, Snapshot snapshot, text *lock_name, LeaseRow *r
 /*
  * DlockLeaseInserted tells the fence cache what the INSERT of lock_name's
  * first row, just made in this transaction (store_ops.c, through SPI),
- * left: token, and the new version's TID tid, the root of its chain.
- * The caller holds RowExclusiveLock on the table, from the INSERT.
+ * left (f: token, expires_at, holder_role and released are read).  The
+ * caller holds RowExclusiveLock on the table, from the INSERT.
  */
 void
 DlockLeaseInserted(const DlockLeaseTable *table, text *lock_name,
-				   int64 token, ItemPointer tid)
+				   const DlockLeaseFields *f)
 {
 	Relation	rel = table_open(table->relid, NoLock);
 
 	Assert(CheckRelationLockedByMe(rel, RowExclusiveLock, true));
-	DlockFenceCachePublish(rel, lock_name, token,
-						   DlockLeaseIsHeap(rel) ? tid : NULL);
+	lease_publish(rel, lock_name, f);
 	table_close(rel, NoLock);
 }

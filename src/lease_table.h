@@ -103,18 +103,14 @@ extern DlockTakeResult DlockLeaseTake(const DlockLeaseTable *table,
 									  int64 *token, TimestampTz *held_until,
 									  DlockPrevLease *prev);
 extern void DlockLeaseInserted(const DlockLeaseTable *table,
-							   text *lock_name, int64 token,
-							   ItemPointer tid);
+							   text *lock_name, const DlockLeaseFields *f);
 extern int	DlockLeaseFindHeld(const DlockLeaseTable *table, text **names,
 							   int n, TimestampTz now,
 							   TimestampTz *held_until);
 extern bool DlockLeaseChange(const DlockLeaseTable *table,
 							 DlockLeaseChangeOp *c);
 extern void DlockLeaseFenceRead(const DlockLeaseTable *table,
-								text *lock_name, DlockFenceLease *lease,
-								Oid *relnumber);
-extern bool DlockLeaseFenceHit(const DlockLeaseTable *table, Oid relnumber,
-							   text *lock_name, DlockFenceLease *lease);
+								text *lock_name, DlockFenceLease *lease);
 extern void DlockLeaseFenceLock(const DlockLeaseTable *table,
 								text *lock_name, int64 token,
 								DlockFenceLease *lease);

@@ -41,7 +41,6 @@ typedef struct LeaseAccess
 typedef struct LeaseRow
 {
 	ItemPointerData tid;
-	ItemPointerData root;		/* the root of its HOT chain (the index's TID) */
 	DlockLeaseFields f;
 	Size		need;			/* space a new version takes on a page */
 	bool		tight;			/* its page looked too full for it */
@@ -54,8 +53,7 @@ typedef struct LeaseRow
 extern Relation DlockLeasePkeyOpen(const DlockLeaseTable *table, Relation rel,
 								   LOCKMODE lockmode);
 extern bool DlockLeaseLookup(Relation rel, Relation idx, Snapshot snapshot,
-							 text *lock_name, TupleTableSlot *slot,
-							 ItemPointer root);
+							 text *lock_name, TupleTableSlot *slot);
 extern void DlockLeaseOpen(LeaseAccess *la, const DlockLeaseTable *table);
 extern void DlockLeaseClose(LeaseAccess *la);
 extern Datum DlockLeaseField(TupleTableSlot *slot, AttrNumber attnum);

@@ -41,12 +41,11 @@
  * transaction-scoped advisory lock in its own class) in ExclusiveLock
  * without waiting, which a 'live' fence holds in ShareLock until its
  * transaction ends; a first row's index insertion comes after it.  Every
- * change of a token or of a row's existence opens
- * the name's fence cache bucket first.  A 'latest' fence read that the
- * cache answers takes no lock on the table while no invalidation of it has
- * come since its relfilenode was read under one (fence_table_key; design.md
- * §12, "A hit without the table's lock").  The whole protocol: design.md
- * §14, "The store's locking protocol".
+ * change of a lease row opens the name's fence cache bucket first.  A
+ * fence read that the cache answers takes no lock on the table while no
+ * invalidation of it has come since its relfilenode was read under one
+ * (lease_fence.c; design.md §12, "A hit without the table's lock").  The
+ * whole protocol: design.md §14, "The store's locking protocol".
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -96,7 +95,7 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 		" VALUES ($1, pg_catalog.nextval('%1$s.dlock_token_seq'::pg_catalog.regclass),"
 		" $4, $5, $2, $2, $3, false)"
 		" ON CONFLICT (lock_name) DO NOTHING"
-		" RETURNING l.token, l.ctid",
+		" RETURNING l.token",
 		5, {TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TEXTOID, REGROLEOID}, false
 	},
 
@@ -487,45 +486,6 @@ DlockStoreRun(Oid fn_oid, StoreOp op, void *arg, bool isolate)
 }
 
 /*
- * The lease table's relfilenode as the last 'latest' read that opened the
- * table found it under its lock (not one this transaction made), and how
- * many invalidations of the table this backend had processed then
- * (DlockStoreTableInvals).  While none has been processed since, it is
- * still the table's (a new relfilenode, or a dropped table, sends one), and
- * a read answered by the fence cache needs no lock on the table
- * (design.md §12, "A hit without the table's lock").  relid InvalidOid:
- * nothing known.
- */
-static struct
-{
-	Oid			relid;
-	Oid			relnumber;
-	uint64		invals;
-}			fence_table_key;
-
-/*
- * store_fence_hit answers the 'latest' read of lock_name from the fence cache
- * without opening the lease table, when the relfilenode in fence_table_key
- * is still current; false: read it.  The full barrier keeps
- * AcceptInvalidationMessages' unlocked look at the invalidation queue from
- * moving before what the fence read before this (a lock acquisition would
- * do that too).
- */
-static bool
-store_fence_hit(const DlockLeaseTable *table, text *lock_name,
-				DlockFenceLease *lease)
-{
-	if (fence_table_key.relid != table->relid)
-		return false;
-	pg_memory_barrier();
-	AcceptInvalidationMessages();
-	if (fence_table_key.invals != DlockStoreTableInvals())
-		return false;
-	return DlockLeaseFenceHit(table, fence_table_key.relnumber, lock_name,
-							  lease);
-}
-
-/*
  * DlockStoreFenceLookup reads the lease of lock_name for the fence trigger
  * into *lease (lease->found is false when the name has no row).  With
  * lock_row (the 'live' fence, for a write carrying token) it also keeps
@@ -534,17 +494,15 @@ store_fence_hit(const DlockLeaseTable *table, text *lock_name,
  * waiting for a grant in progress, unless token is current and the caller
  * may not act for the lease's holder role (then it keeps nothing and sets
  * lease->denied); without, it reads the row without a
- * lock, from the fence cache when it can (store_fence_hit, without even
- * the table's lock, else DlockLeaseFenceRead; then only found and token
- * are set).  Both run as the caller, without SPI once the cache is
- * current.
+ * lock (DlockLeaseFenceRead).  Both answer from the fence cache when it
+ * can, without even the table's lock, and run as the caller, without SPI
+ * once the store's cache is current.
  */
 void
 DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token, bool lock_row,
 					  DlockFenceLease *lease)
 {
 	const DlockLeaseTable *table;
-	Oid			relnumber;
 
 	/* the relations only: the fence runs no statement, so prepares none */
 	DlockStoreCacheMakeCurrent(fn_oid);
@@ -556,11 +514,5 @@ DlockStoreFenceLookup(Oid fn_oid, text *lock_name, int64 token, bool lock_row,
 		DlockLeaseFenceLock(table, lock_name, token, lease);
 		return;
 	}
-	if (store_fence_hit(table, lock_name, lease))
-		return;
-	DlockLeaseFenceRead(table, lock_name, lease, &relnumber);
-	/* current until an invalidation: this transaction holds the lock now */
-	fence_table_key.relid = OidIsValid(relnumber) ? table->relid : InvalidOid;
-	fence_table_key.relnumber = relnumber;
-	fence_table_key.invals = DlockStoreTableInvals();
+	DlockLeaseFenceRead(table, lock_name, lease);
 }

@@ -75,7 +75,7 @@ acquire_op(void *arg)
 	for (round = 0; round < 2; round++)
 	{
 		bool		isnull;
-		Datum		ctid;
+		DlockLeaseFields f;
 		LOCKTAG		tag;
 
 		switch (DlockLeaseTake(DlockStoreTable(), DlockStoreTokenSeq(),
@@ -102,10 +102,14 @@ acquire_op(void *arg)
 		{
 			a->token = DatumGetInt64(DlockStoreResultDatum(1, &isnull));
 			Assert(!isnull && a->token > 0);
-			ctid = DlockStoreResultDatum(2, &isnull);
-			Assert(!isnull);
-			DlockLeaseInserted(DlockStoreTable(), a->lock_name, a->token,
-							   (ItemPointer) DatumGetPointer(ctid));
+			memset(&f, 0, sizeof(f));
+			f.token = a->token;
+			f.owner = a->owner;
+			f.holder_role = a->holder;
+			f.acquired_at = f.renewed_at = a->now;
+			f.expires_at = a->expires;
+			f.released = false;
+			DlockLeaseInserted(DlockStoreTable(), a->lock_name, &f);
 			a->prev.kind = DLOCK_GRANT_NEW;
 			a->prev.token = 0;
 			a->prev.owner = NULL;

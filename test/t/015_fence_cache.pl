@@ -21,6 +21,8 @@
 #
 # Part 1b, a grant publishes its token: see below.
 #
+# Part 1c, the 'live' fence is answered from the cache too: see below.
+#
 # Part 4, the slots (run before part 2): see below.
 #
 # Part 3, the 'live' fence's hint (run before part 2): an index on
@@ -204,12 +206,47 @@ is(sql(q{SELECT count(*) FROM pubm WHERE dlock_check('pubm:' || i, t) = t}),
 is(write_sqlstate(q{SET dlock.fence_cache = off; SELECT dlock_check('pubm:1', t) FROM pubm WHERE i = 1}),
 	'55T01', 'the index holds the hand edit (the control)');
 
+# Part 1c, the 'live' fence (on the cache of 65536 slots): the cache keeps
+# what it checks of the row (token, expiry, released), and a renew or a
+# release publishes the row as it left it.  A hand edit shows which
+# answered, as in part 1: a lease the row says expired, or released, whose
+# writes are still accepted was answered by the cache.
+sql(q{
+CREATE TABLE acctl (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
+CREATE TRIGGER fence BEFORE UPDATE ON acctl FOR EACH ROW
+  EXECUTE FUNCTION dlock_fence('livec:{id}', 'fence_token', 'live');
+INSERT INTO acctl VALUES (1, 0, NULL);
+});
+my $l = sql(q{SELECT dlock_acquire('livec:1', '1 hour')});
+my $live_c = qq{UPDATE acctl SET val = val + 1, fence_token = $l WHERE id = 1};
+is(write_sqlstate($live_c), '', 'a live write with the current token is accepted');
+sql(q{UPDATE dlock_lease SET expires_at = now() - interval '1 minute' WHERE lock_name = 'livec:1'});
+is(write_sqlstate($live_c), '',
+	'a live write after a hand edit that expired the lease is accepted: the cache answered');
+is(write_sqlstate("SET dlock.fence_cache = off; $live_c"),
+	'55T01', 'the row says expired (the control)');
+sql(q{UPDATE dlock_lease SET expires_at = now() + interval '1 hour', released = true WHERE lock_name = 'livec:1'});
+is(write_sqlstate($live_c), '', 'a hand edit that released it: the cache answered');
+is(write_sqlstate("SET dlock.fence_cache = off; $live_c"),
+	'55T01', 'the row says released (the control)');
+# undone by hand in a session with dlock.fence_cache = off, which drops the
+# whole cache; then a renew publishes the row it leaves
+sql(q{SET dlock.fence_cache = off;
+UPDATE dlock_lease SET expires_at = now() + interval '1 hour', released = false
+ WHERE lock_name = 'livec:1'});
+is(sql(qq{SELECT dlock_renew('livec:1', $l, '2 hours')}), 't', 'renewed');
+sql(q{UPDATE dlock_lease SET expires_at = now() - interval '1 minute' WHERE lock_name = 'livec:1'});
+is(write_sqlstate($live_c), '',
+	'a renew published its row: accepted after a hand edit that no fenced write read before');
+sql(q{UPDATE dlock_lease SET expires_at = now() + interval '1 hour' WHERE lock_name = 'livec:1'});
+is(sql(qq{SELECT dlock_release('livec:1', $l)}), 't', 'released');
+is(write_sqlstate($live_c), '55T01', 'a release published its row: the live write is rejected');
+is(sql(q{SELECT val FROM acctl WHERE id = 1}), '4', 'the accepted live writes');
+
 # Part 3 (before part 2, on the cache of 65536 slots): the 'live' fence
-# finds the row through the cache's hint of where it is.  An index a DBA
-# added on expires_at makes every renewal a non-HOT update, which moves the
-# row and must drop the hint (the bucket is opened); VACUUM then removes
-# the old versions and truncates the emptied end of the table, which a
-# stale hint would point into.
+# across renewals that move the row.  An index a DBA added on expires_at
+# makes every renewal a non-HOT update, which moves the row; VACUUM then
+# removes the old versions and truncates the emptied end of the table.
 sql(q{
 CREATE TABLE acct3 (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
 CREATE TRIGGER fence BEFORE INSERT OR UPDATE ON acct3 FOR EACH ROW
@@ -228,19 +265,19 @@ for my $i (1 .. 3)
 	sql($live_write);
 }
 sql(q{SELECT dlock_break('filler:' || i) FROM generate_series(1, 2000) i});
-is(sql(q{SELECT dlock_purge('0 s')}), '2000', 'the filler rows are purged');
+is(sql(q{SELECT dlock_purge('0 s')}), '2001', "the filler rows (and part 1c's) are purged");
 sql(q{VACUUM dlock_lease});
 is(sql(qq{SELECT dlock_renew('hint:1', $h, '3 hours')}), 't', 'renewed after the VACUUM');
 sql($live_write);
 sql($live_write);
-is(sql(q{SELECT val FROM acct3 WHERE id = 1}), '6', 'every live write found the row');
+is(sql(q{SELECT val FROM acct3 WHERE id = 1}), '6', 'every live write was accepted');
 sql(q{SELECT dlock_break('hint:1')});
 is(write_sqlstate($live_write), '55T01', 'a live write after a break is rejected');
 sql(q{DROP INDEX dlock_lease_expires});
 
 # Part 4, the slots, in one bucket (dlock.fence_cache_size = 8: its 8
-# slots).  A name of up to 28 bytes takes one slot, a longer one (up to 92
-# bytes) two adjacent slots; a name of 93 bytes is never cached.  The hand
+# slots).  A name of up to 22 bytes takes one slot, a longer one (up to 86
+# bytes) two adjacent slots; a name of 87 bytes is never cached.  The hand
 # edit of part 1 shows which names the cache holds: a name whose old token
 # is still accepted was answered by the cache.  Each check below that
 # expects a hit comes before any that expects a miss (a miss fills).
@@ -290,18 +327,33 @@ is(join(',', map { cached($_) } 'slot-s1', @long[1 .. 3], $long[0]), 't,t,t,t,f'
 # One byte more than the longest name cached (its grant clears the bucket:
 # first), then two of the longest, which differ in their last byte only
 # (which a lookup compares in the entry's second slot).
-my $n92a = 'a' x 91 . '1';
-my $n92b = 'a' x 91 . '2';
-my $n93 = 'c' x 93;
-grant($n93);
+my $n86a = 'a' x 85 . '1';
+my $n86b = 'a' x 85 . '2';
+my $n87 = 'c' x 87;
+grant($n87);
 sql(q{SELECT dlock_acquire('slot-fill:' || i, '1 hour') FROM generate_series(1, 8) i});
-my $ta = grant($n92a);
-my $tb = grant($n92b);
-cmp_ok($tb, '>', $ta, "the second 92-byte name's token is greater");
-hand_edit($_) for ($n92a, $n92b, $n93);
-is(cached($n92a) . ',' . cached($n92b), 't,t',
-	'two names of 92 bytes are cached, and found by their whole names');
-is(cached($n93), 'f', 'a name of 93 bytes is not cached');
+my $ta = grant($n86a);
+my $tb = grant($n86b);
+cmp_ok($tb, '>', $ta, "the second 86-byte name's token is greater");
+hand_edit($_) for ($n86a, $n86b, $n87);
+is(cached($n86a) . ',' . cached($n86b), 't,t',
+	'two names of 86 bytes are cached, and found by their whole names');
+is(cached($n87), 'f', 'a name of 87 bytes is not cached');
+# The boundary of one slot: a name of 22 bytes takes one, of 23 two.  Each
+# set comes after the grant of a name too long to cache, which clears the
+# bucket, so that they fill empty slots.
+grant('d' x 87);
+my @s22 = map { sprintf('slot-22-%014d', $_) } 1 .. 8;
+grant($_) for @s22;
+hand_edit($_) for @s22;
+is(join(',', map { cached($_) } @s22), 't,t,t,t,t,t,t,t',
+	'eight names of 22 bytes fill the bucket, one slot each');
+grant('e' x 87);
+my @s23 = map { sprintf('slot-23-%015d', $_) } 1 .. 2;
+grant($_) for @s23;
+hand_edit($_) for @s23;
+is(join(',', map { cached($_) } @s23), 't,t',
+	'two names of 23 bytes that differ in their last byte (in the second slot) are both cached');
 
 # Part 2.
 my $clients = 8;
@@ -363,11 +415,11 @@ BEGIN
   END;
 END
 \$\$;
--- three names of one slot, three of two (the last of 92 bytes, the
+-- three names of one slot, three of two (the last of 86 bytes, the
 -- longest cached): 9 slots, more than the one bucket has
 CREATE TABLE race_name AS
   SELECT i AS id, CASE WHEN i <= 3 THEN 'race:' || i
-                       ELSE 'race:' || i || ':' || repeat('y', (i - 3) * 28 + 1)
+                       ELSE 'race:' || i || ':' || repeat('y', (i - 3) * 26 + 1)
                   END AS k
     FROM generate_series(1, $rows) i;
 SELECT dlock_acquire(k, '1 hour') FROM race_name;
