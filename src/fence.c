@@ -238,8 +238,8 @@ fence_verify(Oid fn_oid, const char *relname, text *lock_name, int64 token,
 }
 
 /*
- * fence_changes returns a number that moves whenever this backend changes a
- * lease's token or a mark (it counts both).
+ * fence_changes returns a number that moves whenever this backend writes a
+ * lease row or changes a mark (it counts both).
  */
 static uint64
 fence_changes(void)

@@ -286,7 +286,8 @@ DlockFenceCacheFill(const DlockFenceCacheTicket *ticket, text *lock_name,
 	FenceKey	key;
 	int			way;
 
-	if (ticket->bucket < 0)
+	/* no holder role: a superuser's hand edit, which publish refuses too */
+	if (ticket->bucket < 0 || !OidIsValid(lease->holder))
 		return;
 	Assert(fence_shared != NULL && ticket->bucket < fence_shared->nbuckets);
 	Assert(namelen <= FENCE_NAME_BYTES && lease->token > 0);

@@ -75,7 +75,7 @@ extern void DlockFenceCacheOpenAll(void);
 extern void DlockFenceCachePublish(Relation rel, text *lock_name,
 								   const DlockFenceCached *lease);
 
-/* whether this backend changed a token since (fence.c) */
+/* whether this backend wrote a lease row since (fence.c) */
 extern uint64 DlockFenceCacheChanges(void);
 
 #endif							/* DLOCK_FENCE_CACHE_H */

@@ -348,10 +348,10 @@ DlockFenceCacheOpenAll(void)
 }
 
 /*
- * DlockFenceCacheChanges returns how many changes of lease tokens or rows
- * this backend has opened so far (with the cache or without it): a value
- * that moves whenever the backend itself changed a token, for the fence's
- * one check per lock in a statement (fence.c).
+ * DlockFenceCacheChanges returns how many changes of lease rows this
+ * backend has opened so far (with the cache or without it): a value that
+ * moves whenever the backend itself wrote a lease row (a token, an expiry,
+ * a release), for the fence's one check per lock in a statement (fence.c).
  */
 uint64
 DlockFenceCacheChanges(void)

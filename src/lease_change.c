@@ -8,11 +8,11 @@
  *
  * Concurrency: a takeover takes dlock's name lock in ExclusiveLock and then
  * locks the version it checked FOR UPDATE, both without waiting (a lock it
- * cannot have means "held"), opens the name's fence cache bucket before it
- * writes, and releases the name lock once it has written (name_lock.c);
- * renew, release and break update the version they read, may wait for a
- * concurrent change of the row and then decide again on its newest version
- * (FOR NO KEY UPDATE).  A call that
+ * cannot have means "held"), and releases the name lock once it has written
+ * (name_lock.c); renew, release and break update the version they read,
+ * may wait for a concurrent change of the row and then decide again on its
+ * newest version (FOR NO KEY UPDATE).  Every write opens the name's fence
+ * cache bucket before it (DlockLeaseWrite).  A call that
  * changes nothing keeps no lock.  All run as the lease table's owner.
  *
  * Copyright (c) 2026, the dlock authors

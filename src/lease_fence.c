@@ -501,46 +501,54 @@ lease_chain_taker(Relation rel, TupleTableSlot *slot)
 }
 
 /*
- * lease_fence_live_cached answers the 'live' check from the fence cache's
- * copy c of the lease row: copies it into *lease and applies the
- * holder-role rule as lease_holder_denies does.
+ * lease_fence_live_cached answers the 'live' check of a write carrying
+ * token from the fence cache's copy c of the lease row, when the write
+ * passes on it: c carries token, is not released, has not expired, and the
+ * session's role may act for its holder role (lease_holder_denies' rule).
+ * Then it copies c into *lease and returns true; otherwise false, and the
+ * read under the table's lock decides, as without the cache.  Only a write
+ * that passes is answered: a takeover replaces only an ended lease, so a
+ * copy that is live now has no takeover after it, not even a prepared one
+ * whose bucket a restart left closed (design.md §12, "The 'live' fence
+ * from the cache").
  */
-static void
+static bool
 lease_fence_live_cached(const DlockFenceCached *c, int64 token,
 						DlockFenceLease *lease)
 {
+	if (c->token != token || c->released ||
+		c->expires_at <= GetCurrentTimestamp() ||
+		!DlockMayActFor(GetOuterUserId(), c->holder))
+		return false;
 	lease_fence_cached(c, lease);
-	if (c->token == token && !DlockMayActFor(GetOuterUserId(), c->holder))
-	{
-		lease->denied = true;
-		lease->holder = c->holder;
-	}
+	return true;
 }
 
 /*
  * lease_fence_name_lock reads the lease of lock_name into *lease for the
  * 'live' fence under the name lock that DlockNameLockLive took (tag): the
- * newest committed version, from the fence cache (without opening the
- * table while the relfilenode its last read found is current,
- * lease_fence_hit) or through the primary key (then offered to the cache)
- * with a snapshot taken after the lock.  A first row's insert holds the
- * name lock until its transaction ends, so the lock waited for one in
- * progress and refuses later ones.  A takeover holds it only until it has
- * written its row (so that a set acquire of thousands of names keeps no
- * lock-table entry per name), and then is in the version's update chain
- * (lease_chain_taker), in progress or committed after the snapshot: this
- * then releases the name lock and returns that transaction, which the
- * caller waits for before it tries again.  A takeover keeps the name's
- * bucket open from before it writes until after its commit, so the cache
- * answers only when there is none, or its close has put its lease there
- * (design.md §12).  Otherwise it returns InvalidTransactionId: no grant
- * can commit before this transaction ends (a takeover needs the name lock,
- * which conflicts, and then locks the row FOR UPDATE).  The holder-role
- * rule is applied as in lease_fence_row_lock.  When the write cannot pass
- * (no row, another token, denied, released), the lock is released again,
- * so that a stale or foreign writer keeps nobody from a takeover.  Unless
- * the cache answers without the table, takes AccessShareLock on the table
- * and, when it reads it, on its index, kept until the transaction ends.
+ * newest committed version, from the fence cache when the write passes on
+ * it (without opening the table while the relfilenode its last read found
+ * is current, lease_fence_hit; lease_fence_live_cached), else through the
+ * primary key (then offered to the cache) with a snapshot taken after the
+ * lock.  A first row's insert holds the name lock until its transaction
+ * ends, so the lock waited for one in progress and refuses later ones.  A
+ * takeover holds it only until it has written its row (so that a set
+ * acquire of thousands of names keeps no lock-table entry per name), and
+ * then is in the version's update chain (lease_chain_taker), in progress
+ * or committed after the snapshot: this then releases the name lock and
+ * returns that transaction, which the caller waits for before it tries
+ * again.  A takeover keeps the name's bucket open from before it writes
+ * until after its commit, so the cache answers only when there is none, or
+ * its close has put its lease there (design.md §12).  Otherwise it returns
+ * InvalidTransactionId: no grant can commit before this transaction ends
+ * (a takeover needs the name lock, which conflicts, and then locks the row
+ * FOR UPDATE).  The holder-role rule is applied as in
+ * lease_fence_row_lock.  When the write cannot pass (no row, another
+ * token, denied, released), the lock is released again, so that a stale or
+ * foreign writer keeps nobody from a takeover.  Unless the cache answers
+ * without the table, takes AccessShareLock on the table and, when it reads
+ * it, on its index, kept until the transaction ends.
  */
 static TransactionId
 lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
@@ -554,38 +562,45 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 	DlockFenceCached c;
 
 	Assert(!IsolationIsSerializable());
+	/* the cache is read, or the snapshot taken, after the name lock */
+	if (lease_fence_hit(table, lock_name, &c) &&
+		lease_fence_live_cached(&c, token, lease))
+		return InvalidTransactionId;	/* the lock is kept */
+
 	lease->found = false;
 	lease->released = false;
 	lease->expires_at = 0;
-	/* the cache is read, or the snapshot taken, after the name lock */
-	if (lease_fence_hit(table, lock_name, &c))
-		lease_fence_live_cached(&c, token, lease);
-	else
-	{
-		rel = table_open(table->relid, AccessShareLock);
-		lease_fence_remember(rel);
-		if (DlockFenceCacheGet(rel, lock_name, &c, &ticket))
-			lease_fence_live_cached(&c, token, lease);
-		else
-		{
-			seen = lease_find(table, rel, lock_name, &ticket, &f);
+	rel = table_open(table->relid, AccessShareLock);
+	lease_fence_remember(rel);
 
-			/*
-			 * not a heap (a DBA's doing): takeovers keep the name lock
-			 * (lease_change.c)
-			 */
-			if (seen && DlockLeaseIsHeap(rel))
-				taker = lease_chain_taker(rel, f.slot);
-			if (seen && !TransactionIdIsValid(taker))
-			{
-				lease_fence_fields(table, f.slot, lease);
-				(void) lease_holder_denies(table, f.slot, token,
-										   GetOuterUserId(), lease);
-			}
-			lease_find_end(&f);
-		}
+	/*
+	 * after the name lock, whether or not the table's lock was taken now
+	 * (lease_fence_hit has its own)
+	 */
+	pg_memory_barrier();
+	if (DlockFenceCacheGet(rel, lock_name, &c, &ticket) &&
+		lease_fence_live_cached(&c, token, lease))
+	{
 		table_close(rel, NoLock);
+		return InvalidTransactionId;	/* the lock is kept */
 	}
+	/* a hit that does not pass leaves no ticket: nothing is filled */
+	seen = lease_find(table, rel, lock_name, &ticket, &f);
+
+	/*
+	 * not a heap (a DBA's doing): takeovers keep the name lock
+	 * (lease_change.c)
+	 */
+	if (seen && DlockLeaseIsHeap(rel))
+		taker = lease_chain_taker(rel, f.slot);
+	if (seen && !TransactionIdIsValid(taker))
+	{
+		lease_fence_fields(table, f.slot, lease);
+		(void) lease_holder_denies(table, f.slot, token, GetOuterUserId(),
+								   lease);
+	}
+	lease_find_end(&f);
+	table_close(rel, NoLock);
 
 	/*
 	 * fence.c rejects all of these.  Not an expiry: fence.c judges that on

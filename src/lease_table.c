@@ -29,7 +29,7 @@
  * dlock's name lock (name_lock.c), which a takeover takes without waiting
  * before its row lock, or past its budget and under SERIALIZABLE locks the
  * row FOR KEY SHARE, waiting (40001 under SERIALIZABLE).  A call that changes
- * nothing keeps no lock.  A takeover opens the name's fence cache bucket
+ * nothing keeps no lock.  Every update opens the name's fence cache bucket
  * before it writes (design.md §12).
  *
  * Copyright (c) 2026, the dlock authors

@@ -12,8 +12,8 @@
  *
  * The hot paths (taking over an ended lease, renew, release, break, and the
  * fence's read and lock) access the table directly (lease_table.c); the
- * 'latest' fence is mostly answered by the fence cache in shared memory
- * (fence_cache.c, with preload).  The rest (creating a name's first row,
+ * 'latest' and 'live' fences are mostly answered by the fence cache in
+ * shared memory (fence_cache.c, with preload).  The rest (creating a name's first row,
  * purge) are SQL statements prepared when first run through SPI, kept
  * with SPI_keepplan and run with a fresh snapshot (DlockStoreExec).  Both
  * follow READ COMMITTED rules, so a call sees and changes the leases as

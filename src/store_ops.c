@@ -14,8 +14,8 @@
  * before it inserts a name's first row, and nothing else of its own.  Before inserting a name's first
  * row, and before a purge deletes rows, it opens the fence cache
  * (fence_cache.c: DlockFenceCacheOpen, DlockFenceCacheOpenAll), which
- * stays open until the transaction ends; a takeover opens it in
- * lease_table.c.
+ * stays open until the transaction ends; every update of a row opens it
+ * in lease_table.c.
  *
  * Copyright (c) 2026, the dlock authors
  *

@@ -207,10 +207,11 @@ is(write_sqlstate(q{SET dlock.fence_cache = off; SELECT dlock_check('pubm:1', t)
 	'55T01', 'the index holds the hand edit (the control)');
 
 # Part 1c, the 'live' fence (on the cache of 65536 slots): the cache keeps
-# what it checks of the row (token, expiry, released), and a renew or a
-# release publishes the row as it left it.  A hand edit shows which
-# answered, as in part 1: a lease the row says expired, or released, whose
-# writes are still accepted was answered by the cache.
+# what it checks of the row (token, expiry, released), and a renew
+# publishes the row as it left it.  A hand edit shows which answered, as in
+# part 1: a lease the row says expired, or released, whose writes are still
+# accepted was answered by the cache.  (The cache answers only writes that
+# pass: one it would reject is read from the table, as without it.)
 sql(q{
 CREATE TABLE acctl (id int PRIMARY KEY, val int NOT NULL, fence_token bigint);
 CREATE TRIGGER fence BEFORE UPDATE ON acctl FOR EACH ROW
@@ -240,7 +241,7 @@ is(write_sqlstate($live_c), '',
 	'a renew published its row: accepted after a hand edit that no fenced write read before');
 sql(q{UPDATE dlock_lease SET expires_at = now() + interval '1 hour' WHERE lock_name = 'livec:1'});
 is(sql(qq{SELECT dlock_release('livec:1', $l)}), 't', 'released');
-is(write_sqlstate($live_c), '55T01', 'a release published its row: the live write is rejected');
+is(write_sqlstate($live_c), '55T01', 'after the release the live write is rejected');
 is(sql(q{SELECT val FROM acctl WHERE id = 1}), '4', 'the accepted live writes');
 
 # Part 3 (before part 2, on the cache of 65536 slots): the 'live' fence
