@@ -94,16 +94,60 @@ lease_fence_fields(const DlockLeaseTable *table, TupleTableSlot *slot,
 }
 
 /*
- * lease_fence_fill offers what the fence checks of the lease row in slot,
- * read after the miss that filled in *ticket, to the fence cache.
+ * lease_version_settled reports whether the version in slot, fetched from
+ * the heap of rel with its buffer pinned, has no update or delete by a
+ * transaction that has not aborted (a lock alone does not count): then no
+ * later version of the row can become visible but through a change that
+ * opens the name's bucket.  Every other updater keeps the bucket open
+ * until its close, but one prepared before a restart or a promotion does
+ * not (the counts start at zero), and a fill of the version it replaces
+ * would let a 'live' check pass without finding it in the chain
+ * (design.md §12, "The 'live' fence from the cache").  false for a table
+ * that is not a heap.
+ */
+static bool
+lease_version_settled(Relation rel, TupleTableSlot *slot)
+{
+	BufferHeapTupleTableSlot *bslot = (BufferHeapTupleTableSlot *) slot;
+	HeapTupleHeader htup;
+	TransactionId updater = InvalidTransactionId;
+	bool		updated = false;
+
+	if (!DlockLeaseIsHeap(rel) || !TTS_IS_BUFFERTUPLE(slot))
+		return false;
+	Assert(BufferIsValid(bslot->buffer));
+	LockBuffer(bslot->buffer, BUFFER_LOCK_SHARE);
+	htup = bslot->base.tupdata.t_data;
+	if (!(htup->t_infomask & HEAP_XMAX_INVALID) &&
+		!HEAP_XMAX_IS_LOCKED_ONLY(htup->t_infomask))
+	{
+		updated = true;
+		updater = HeapTupleHeaderGetUpdateXid(htup);
+	}
+	LockBuffer(bslot->buffer, BUFFER_LOCK_UNLOCK);
+	if (!updated)
+		return true;
+	/* in progress first: one that ends meanwhile is then found committed */
+	return TransactionIdIsNormal(updater) &&
+		!TransactionIdIsCurrentTransactionId(updater) &&
+		!TransactionIdIsInProgress(updater) &&
+		!TransactionIdDidCommit(updater);
+}
+
+/*
+ * lease_fence_fill offers what the fence checks of the lease row in slot
+ * (of rel), read after the miss that filled in *ticket, to the fence
+ * cache: only a version no live transaction replaces
+ * (lease_version_settled).
  */
 static void
-lease_fence_fill(const DlockLeaseTable *table, TupleTableSlot *slot,
-				 text *lock_name, const DlockFenceCacheTicket *ticket)
+lease_fence_fill(const DlockLeaseTable *table, Relation rel,
+				 TupleTableSlot *slot, text *lock_name,
+				 const DlockFenceCacheTicket *ticket)
 {
 	DlockFenceCached c;
 
-	if (ticket->bucket < 0)
+	if (ticket->bucket < 0 || !lease_version_settled(rel, slot))
 		return;
 	c.token = DatumGetInt64(DlockLeaseField(slot, table->att_token));
 	c.expires_at = DatumGetTimestampTz(DlockLeaseField(slot, table->att_expires_at));
@@ -233,7 +277,7 @@ DlockLeaseFenceRead(const DlockLeaseTable *table, text *lock_name,
 	if (lease->found)
 	{
 		lease_fence_fields(table, slot, lease);
-		lease_fence_fill(table, slot, lock_name, &ticket);
+		lease_fence_fill(table, rel, slot, lock_name, &ticket);
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	UnregisterSnapshot(snap);
@@ -269,7 +313,7 @@ lease_find(const DlockLeaseTable *table, Relation rel, text *lock_name,
 	f->idx = DlockLeasePkeyOpen(table, rel, AccessShareLock);
 	seen = DlockLeaseLookup(rel, f->idx, f->snap, lock_name, f->slot);
 	if (seen)
-		lease_fence_fill(table, f->slot, lock_name, ticket);
+		lease_fence_fill(table, rel, f->slot, lock_name, ticket);
 	return seen;
 }
 
@@ -506,11 +550,9 @@ lease_chain_taker(Relation rel, TupleTableSlot *slot)
  * passes on it: c carries token, is not released, has not expired, and the
  * session's role may act for its holder role (lease_holder_denies' rule).
  * Then it copies c into *lease and returns true; otherwise false, and the
- * read under the table's lock decides, as without the cache.  Only a write
- * that passes is answered: a takeover replaces only an ended lease, so a
- * copy that is live now has no takeover after it, not even a prepared one
- * whose bucket a restart left closed (design.md §12, "The 'live' fence
- * from the cache").
+ * read under the table's lock decides, as without the cache, with the same
+ * rejection and its message, or a wait for a takeover (design.md §12, "The
+ * 'live' fence from the cache").
  */
 static bool
 lease_fence_live_cached(const DlockFenceCached *c, int64 token,
