@@ -163,12 +163,13 @@ is($h->{rc}, 0, 'status --stats --json: exit 0');
 like($h->{stdout}, qr/"datname": "app", /, 'status --stats: the counters of app');
 loot_is_empty('status');
 
-# run: acquire, renews (ttl 600ms: every 200ms), release; and a set
-$h = dl('run', '--ttl', '600ms', 'job', '--', 'sleep', '0.5');
+# run: acquire, renews (ttl 6s: every 2s, each with 2 s to answer, which a
+# loaded machine needs), release; and a set
+$h = dl('run', '--ttl', '6s', 'job', '--', 'sleep', '2.5');
 is($h->{rc}, 0, 'run: exit 0');
 like(sql("SELECT released FROM dl.dlock_leases WHERE lock_name OPERATOR(pg_catalog.=) 'job'"),
 	qr/^t$/, 'run: released');
-$h = dl('run', '--ttl', '600ms', '--all', 'x', 'y', '--', 'sleep', '0.5');
+$h = dl('run', '--ttl', '6s', '--all', 'x', 'y', '--', 'sleep', '2.5');
 is($h->{rc}, 0, 'run --all: exit 0');
 loot_is_empty('run, run --all');
 
@@ -187,14 +188,22 @@ CREATE FUNCTION probe.dlock_release(text, bigint) RETURNS boolean
   SELECT dl.dlock_release($1, $2) $$;});
 
 # CMD terminates dlock's session, then runs on: the next renew fails, and
-# dlock renews and releases on a new connection.
+# dlock renews and releases on a new connection.  With a ttl of 6 s the
+# new backend, its search_path and the renew have 2 s (a ttl of 900ms left
+# them 250 ms, too little on a loaded machine); CMD runs until probe.calls
+# holds more than one renew and calls of more than one session, about 4 s
+# (renews every 2 s), however long the machine makes that take.
 my $psql = $node->config_data('--bindir') . '/psql';
 my $connstr = $node->connstr('postgres');
+my $appconn = $node->connstr('app');
 write_script("$dir/cut.sh", qq{sleep 0.3
 "$psql" -X -q -d "$connstr" -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dlock-sp'" >/dev/null
-sleep 1
+until [ "\$("$psql" -X -A -t -q -d "$appconn" -c "SELECT count(*) FILTER (WHERE fn OPERATOR(pg_catalog.=) 'renew') OPERATOR(pg_catalog.>) 1 AND count(DISTINCT pid) OPERATOR(pg_catalog.>) 1 FROM probe.calls")" = t ]
+do
+	sleep 0.1
+done
 });
-$h = dl('--schema', 'probe', 'run', '--ttl', '900ms', 'cut', '--', "$dir/cut.sh");
+$h = dl('--schema', 'probe', 'run', '--ttl', '6s', 'cut', '--', "$dir/cut.sh");
 is($h->{rc}, 0, 'run across a terminated session: exit 0');
 like($h->{stderr}, qr/could not renew it, retrying/, 'run: the renew failed once');
 is( sql(
