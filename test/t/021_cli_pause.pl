@@ -76,18 +76,23 @@ echo done > $dir/short.done
 # 3. a short pause
 write_script("$dir/brief.sh", qq{trap 'echo TERM > $dir/brief.term; exit 9' TERM
 echo "\$DLOCK_TOKEN" > $dir/brief.started
-sleep 3
+sleep 6
 echo done > $dir/brief.done
 });
 
+# (ttl 3 s: each renew has 1 s before the keeper stops CMD, and the
+# keeper's SIGTERM leaves the trap 900 ms before its SIGKILL, which a
+# loaded machine needs)
 my $long = dlock_start(
-	[ 'run', '-d', conn('paused-long'), '--ttl', '1s', 'long-job', '--', "$dir/long.sh" ]);
-# (ttl 2 s: the keeper's SIGTERM comes 1 s after the last renew, which
-# leaves CMD time to exit when told)
+	[ 'run', '-d', conn('paused-long'), '--ttl', '3s', 'long-job', '--', "$dir/long.sh" ]);
+# (ttl 4 s: the keeper's SIGTERM comes 2.7 s after the last renew, at least
+# 1.3 s after the pause, which leaves CMD time to exit when told)
 my $short = dlock_start(
-	[ 'run', '-d', conn('paused-short'), '--ttl', '2s', 'short-job', '--', "$dir/short.sh" ]);
+	[ 'run', '-d', conn('paused-short'), '--ttl', '4s', 'short-job', '--', "$dir/short.sh" ]);
+# (ttl 9 s: the renew after the pause has at least 2 s; CMD runs 6 s, past
+# the first renew at 3 s, the pause and the renew after it)
 my $brief = dlock_start(
-	[ 'run', '-d', conn('paused-brief'), '--ttl', '3s', 'brief-job', '--', "$dir/brief.sh" ]);
+	[ 'run', '-d', conn('paused-brief'), '--ttl', '9s', 'brief-job', '--', "$dir/brief.sh" ]);
 for my $f (qw(long short brief))
 {
 	ok(wait_for_file("$dir/$f.started"), "$f-job: CMD started");
@@ -105,11 +110,12 @@ my $t_stop = Time::HiRes::time();
 open(my $go, '>', "$dir/short.go") or die "cannot write $dir/short.go: $!";
 close($go);
 
-# The brief pause: 1 s, well inside the 3 s lease renewed every second.
+# The brief pause: 1 s, well inside the 9 s lease renewed every 3 s.
 Time::HiRes::sleep(1);
 kill 'CONT', $brief->{pid};
 
-# The 1 s leases expire on the server; another client takes both over.
+# The leases of the stopped dlock processes expire on the server (within
+# 3 s and 4 s); another client takes both over.
 $node->poll_query_until('postgres',
 	"SELECT count(*) = 0 FROM dlock_leases WHERE lock_name IN ('long-job', 'short-job') AND live"
 ) or die 'the leases of the stopped dlock processes did not expire';
@@ -131,7 +137,7 @@ kill 'CONT', $long->{pid}, $short->{pid};
 
 is(dlock_wait($long), 76, 'long-job: dlock exits 76 after the pause');
 my $noticed = Time::HiRes::time() - $t_cont;
-cmp_ok($noticed, '<', 3,
+cmp_ok($noticed, '<', 10,
 	'long-job: it noticed at once (well before --kill-after would matter)');
 like($long->{stderr}, qr/not renewed in time.*\n(.*\n)*.*not released: .*expired by now/,
 	'long-job: dlock says it was not renewed in time, and not released');
@@ -183,11 +189,12 @@ is($brief->{stderr}, '', 'brief-job: nothing to report');
 #    and answers while dlock is stopped; dlock is resumed after the
 #    deadline counted from the acquire (sent 3 s, a third of the ttl,
 #    before the renew) but before the deadline the renew's answer would
-#    give.  (A ttl of 9 s: the renew waits at the gate until the deadline,
-#    6 s in which the test must see it; with 3 s, a loaded machine's polls
-#    missed the 2 s it had.)  An answer read after the deadline must not be trusted: dlock
-#    exits 76, CMD gets SIGTERM, and the lease is neither renewed again nor
-#    released.  The renew goes through a wrapper in schema "slow"
+#    give.  (A ttl of 9 s and --kill-after 1s: the renew waits at the gate,
+#    and dlock abandons it after half the time left to the deadline less the
+#    grace, 2.5 s in which the test must see it and stop dlock; with a ttl
+#    of 3 s, a loaded machine's polls missed the time it had.)  An answer
+#    read after the deadline must not be trusted: dlock exits 76, CMD gets
+#    SIGTERM, and the lease is neither renewed again nor released.  The renew goes through a wrapper in schema "slow"
 #    (--schema) that waits while slow.gate has a row, so the test decides
 #    when the server answers: after dlock is stopped.
 $node->safe_psql('postgres', q{CREATE SCHEMA slow;
@@ -209,7 +216,7 @@ sleep 60 & wait \$!
 });
 my $inflight = dlock_start([
 	'run', '-d', conn('paused-inflight'), '--schema', 'slow', '--ttl', '9s',
-	'inflight-job', '--', "$dir/inflight.sh"
+	'--kill-after', '1s', 'inflight-job', '--', "$dir/inflight.sh"
 ]);
 ok(wait_for_file("$dir/inflight.started"), 'inflight-job: CMD started');
 my $renewing =
