@@ -10,11 +10,13 @@ after(cleanupAll);
 test('rules: an acquire that waited longer than a third of the ttl (even longer than the ttl) renews before the body starts', async () => {
   const cl = sharedCluster();
   const d = new Dlock(cl.conninfo());
-  // Held elsewhere for 2 s, never released: the acquire waits for its expiry.
-  await cl.query("SELECT dlock_acquire('rules:waited', '2 s')");
+  // Held elsewhere for 4 s, never released: the acquire waits for its expiry.
+  // (A ttl of 3 s: the renew before the body has a second to answer, which a
+  // loaded machine needs.)
+  await cl.query("SELECT dlock_acquire('rules:waited', '4 s')");
   const t0 = now();
-  const ttl = 1.5;
-  const seen = await d.withLease('rules:waited', { ttl, wait: 6 }, async (lease) => ({
+  const ttl = 3;
+  const seen = await d.withLease('rules:waited', { ttl, wait: 10 }, async (lease) => ({
     waited: now() - t0,
     renewals: lease.renewals,
     left: lease.deadline - now(),

@@ -76,7 +76,7 @@ def check_progress_sync(cluster, children, name: str) -> None:
         assert lease.confirmed is False
         # Not released: the lease ends at its server expiry, and another process takes it over.
         assert lease_row(cluster, name)[2] is False
-        child = children.spawn("child_acquire.py", cluster.conninfo, name, "2", "10")
+        child = children.spawn("child_acquire.py", cluster.conninfo, name, "6", "10")
         ev = read_event(child, WAIT)
         assert ev["event"] == "acquired" and ev["token"] > lease.token
 
@@ -143,7 +143,7 @@ def check_progress_async(cluster, children, name: str) -> None:
 
     token = asyncio.run(main())
     assert lease_row(cluster, name)[2] is False
-    child = children.spawn("child_acquire.py", cluster.conninfo, name, "2", "10")
+    child = children.spawn("child_acquire.py", cluster.conninfo, name, "6", "10")
     ev = read_event(child, WAIT)
     assert ev["event"] == "acquired" and ev["token"] > token
 
