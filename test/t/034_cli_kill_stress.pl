@@ -9,8 +9,10 @@
 # (DLOCK_TOKEN tells them apart) writes "start", then it and a background
 # child write a heartbeat every 50 ms, and it exits after a random 0.3 to
 # 1.2 s.  Meanwhile the test sends SIGKILL to a random dlock whose job
-# runs, every 0.5 to 1.1 s (its lease then ends only when its ttl of 2 s
-# runs out, and the keeper must end the job long before), and replaces
+# runs, every 0.5 to 1.1 s (its lease then ends only when its ttl of 4 s
+# runs out, and the keeper must end the job long before; a ttl of 4 s
+# gives each waited acquire's first renew 1.3 s, which a loaded machine
+# needs, where 2 s gave it 667 ms), and replaces
 # every dlock that exited.  Afterwards every job's lines are one interval
 # [first line, last line] per token; sorted by start, each must end
 # before the next begins.  How many jobs ran and how many dlocks were
@@ -61,7 +63,7 @@ sub start_one
 	push @running,
 	  dlock_start(
 		[
-			'run', '-d', $conn, '--ttl', '2s', '--kill-after', '0.5s', '--wait',
+			'run', '-d', $conn, '--ttl', '4s', '--kill-after', '0.5s', '--wait',
 			'60s', 'stress', '--', "$dir/job.sh", $len
 		]);
 	$started++;
@@ -115,7 +117,7 @@ while (Time::HiRes::time() < $end
 }
 
 # let the last ones finish (each job takes at most 1.2 s; a killed one's
-# lease ends 2 s later)
+# lease ends 4 s later)
 for my $h (@running)
 {
 	my $rc = dlock_wait($h, 60);
