@@ -16,13 +16,16 @@
 # and is logged by the server ("role ... is not permitted to log in").
 # From R + 2 s on dlock retries; by then its backoff has grown to 1 s.
 # The test watches the server log, and at the first refused attempt less
-# than 0.8 s before D it lets the role log in again.  With the backoff
+# than 0.95 s before D it lets the role log in again.  With the backoff
 # alone (50 ms doubling to 1 s) the next attempt would come 1 s later,
 # after D: the lease would be lost (exit 76).  Capped at a quarter of the
-# time left, it comes within 0.2 s, and dlock renews in time: CMD runs to
+# time left, it comes within 0.24 s, and dlock renews in time: CMD runs to
 # its end and dlock exits 0.  The test asserts no timing of dlock's
-# beyond that: a slow machine only moves the moment logins come back
-# later, which the dense retries still catch.
+# beyond that, but it does need time: in the last 0.95 s before D the
+# test must see the refusal and let the role in, and dlock must then
+# connect and renew.  A machine that starves either for most of that
+# fails the test (hence 0.95 s, not less, and the file runs alone:
+# test/serial.list).
 #
 # Copyright (c) 2026, the dlock authors
 
@@ -78,7 +81,7 @@ my $deadline = $r + $ttl - 1;    # the target: the deadline less the grace
 cmp_ok($deadline - Time::HiRes::time(), ">", $ttl - 3,
 	'cut off well before the next renew (the test is not late)');
 
-# Logins again right after the first refused attempt < 0.8 s before D.
+# Logins again right after the first refused attempt < 0.95 s before D.
 my ($seen, $left) = (0, undef);
 while (Time::HiRes::time() < $deadline)
 {
@@ -87,7 +90,7 @@ while (Time::HiRes::time() < $deadline)
 	{
 		$seen = $n;
 		my $l = $deadline - Time::HiRes::time();
-		if ($l <= 0.8)
+		if ($l <= 0.95)
 		{
 			$bg->query_safe('ALTER ROLE runner LOGIN');
 			$left = $l;
@@ -111,7 +114,7 @@ wait_until(
 	$PostgreSQL::Test::Utils::timeout_default);
 append_to_file("$dir/job.go", "go\n");
 cmp_ok($seen, '>=', 5, 'dlock kept retrying while it could not log in');
-ok(defined $left, 'a refused attempt came less than 0.8 s before the target');
+ok(defined $left, 'a refused attempt came less than 0.95 s before the target');
 
 is(dlock_wait($h), 0, 'dlock renewed in time: exit 0');
 is(slurp("$dir/job.done"), "done\n", 'CMD ran to its end');
