@@ -15,7 +15,7 @@
 #
 #   1. CMD's environment: NOTIFY_SOCKET (a socket, in a private directory
 #      under TMPDIR, while CMD runs; gone with its directory once dlock
-#      has exited), WATCHDOG_USEC (1000000 for 1s), WATCHDOG_PID (CMD's
+#      has exited), WATCHDOG_USEC (3000000 for 3s), WATCHDOG_PID (CMD's
 #      pid).
 # Then, all at once, on different lock names:
 #   2. healthy: pings every 0.3 s for longer than the watchdog: exit 0,
@@ -30,7 +30,7 @@
 #   5. READY=1 and STATUS=working are ignored: the job goes on and exits
 #      0 (exit 0); they are no pings either (a job sending only them:
 #      exit 80).  WATCHDOG_USEC=60000000 lengthens the timeout: a job
-#      silent for 3 s under --watchdog 1s then exits 0 (exit 0).
+#      silent for 4 s under --watchdog 3s then exits 0 (exit 0).
 #   6. dlock killed with SIGKILL: the job's processes end and the socket's
 #      directory is removed (by dlock's keeper).
 # And a usage error: --watchdog 0 (exit 64).
@@ -96,7 +96,7 @@ echo "\$\$"
 stat -c %a "\$(dirname "\$NOTIFY_SOCKET")"
 } > $dir/env.out
 });
-my $h = dlock_run([ 'run', '-d', $conn, '--watchdog', '1s', 'env-job', '--', "$dir/env.sh" ],
+my $h = dlock_run([ 'run', '-d', $conn, '--watchdog', '3s', 'env-job', '--', "$dir/env.sh" ],
 	env => \%env);
 is($h->{rc}, 0, 'environment: exit 0');
 my ($sock, $usec, $wpid, $pid, $is_sock, $mode) = split /\n/, slurp("$dir/env.out");
@@ -104,7 +104,7 @@ like($sock, qr{^\Q$tmp\E/dlock-[^/]+/notify$},
 	'NOTIFY_SOCKET is a path in a directory of its own under TMPDIR');
 is($is_sock, 'socket', 'NOTIFY_SOCKET is a socket while CMD runs');
 is($mode, '700', 'its directory has mode 0700');
-is($usec, '1000000', 'WATCHDOG_USEC is the watchdog in microseconds (1s)');
+is($usec, '3000000', 'WATCHDOG_USEC is the watchdog in microseconds (3s)');
 is($wpid, $pid, "WATCHDOG_PID is CMD's pid");
 ok(!-e $sock, 'the socket is gone once dlock has exited');
 ok(!-e ($sock =~ s{/notify$}{}r), 'and so is its directory');
@@ -114,11 +114,16 @@ is_deeply([ socket_dirs() ], [], 'nothing is left under TMPDIR');
 # 2-6 at once.
 # ---------------------------------------------------------------------
 
+# jobs that never ping: a watchdog of 1 s
 my @wd = ('--ttl', '4s', '--watchdog', '1s', '--kill-after', '1s');
 # jobs that must not be stopped: a longer watchdog, so that a loaded
 # machine (each systemd-notify is a process, and waits for its barrier)
 # cannot make a ping late; they still run longer than it
 my @wd_ok = ('--ttl', '4s', '--watchdog', '2s', '--kill-after', '1s');
+# jobs whose first ping (a process started with the job) must come in
+# time, or that must outlast the watchdog's time without pinging: 3 s, as
+# a loaded machine can delay a process's start by a second and more
+my @wd_slow = ('--ttl', '4s', '--watchdog', '3s', '--kill-after', '1s');
 
 # 2. healthy: 10 pings, 0.3 s apart
 write_script("$dir/healthy.sh", qq{echo "\$NOTIFY_SOCKET" > $dir/healthy.sock
@@ -142,7 +147,9 @@ for i in 1 2 3; do $notify WATCHDOG=1; sleep 0.3; done
 sleep 100
 echo "not stopped" > $dir/hung.after
 });
-my $hung = run_job('hung-job', \@wd, "$dir/hung.sh");
+# (a watchdog of 2 s: its first ping must come in time)
+my $hung = run_job('hung-job', [ '--ttl', '4s', '--watchdog', '2s', '--kill-after', '1s' ],
+	"$dir/hung.sh");
 
 # 3b. never pings
 write_script("$dir/silent.sh", qq{echo \$\$ > $dir/silent.pid
@@ -184,20 +191,20 @@ echo "not stopped" > $dir/status.after
 });
 my $status = run_job('status-job', \@wd, "$dir/status.sh");
 
-# 5c. WATCHDOG_USEC=60000000, then 3 s without a ping
+# 5c. WATCHDOG_USEC=60000000, then 4 s without a ping
 write_script("$dir/usec.sh", qq{$notify WATCHDOG_USEC=60000000
 echo \$? > $dir/usec.rc
-sleep 3
+sleep 4
 echo done > $dir/usec.done
 });
-my $usec_job = run_job('usec-job', \@wd, "$dir/usec.sh");
+my $usec_job = run_job('usec-job', \@wd_slow, "$dir/usec.sh");
 
 # 6. dlock killed: a pinging job with a background child
 write_script("$dir/orphan.sh", qq{sleep 100 &
 echo "\$\$ \$! \$NOTIFY_SOCKET" > $dir/orphan.pids
 while :; do $notify WATCHDOG=1; sleep 0.3; done
 });
-my $orphan = run_job('orphan-job', \@wd, "$dir/orphan.sh");
+my $orphan = run_job('orphan-job', \@wd_slow, "$dir/orphan.sh");
 
 # 6: kill dlock once its job runs
 ok(wait_for_file("$dir/orphan.pids"), 'killed dlock: CMD started');
@@ -227,7 +234,7 @@ ok(!-e $h_sock, 'healthy: the socket is gone');
 
 # 3
 is(dlock_wait($hung), 80, 'hung: exit 80');
-like($hung->{stderr}, qr/CMD sent no WATCHDOG=1 for 1s: stopping CMD/,
+like($hung->{stderr}, qr/CMD sent no WATCHDOG=1 for 2s: stopping CMD/,
 	'hung: dlock says that no WATCHDOG=1 came');
 like($hung->{stderr}, qr/SIGKILL/, 'hung: and that it sent SIGKILL (to the child ignoring SIGTERM)');
 my ($hung_cmd, $hung_bg) = split ' ', slurp("$dir/hung.pids");
@@ -264,7 +271,7 @@ like($status->{stderr}, qr/\(none since it started\)/,
 	'only READY=1 and STATUS=working: they do not count as pings');
 ok(!-e "$dir/status.after", 'only READY=1 and STATUS=working: CMD did not go on');
 
-is(dlock_wait($usec_job), 0, 'WATCHDOG_USEC=60000000, then 3 s without a ping: exit 0');
+is(dlock_wait($usec_job), 0, 'WATCHDOG_USEC=60000000, then 4 s without a ping: exit 0');
 is(slurp("$dir/usec.rc"), "0\n", 'WATCHDOG_USEC=60000000: systemd-notify exited 0');
 is(slurp("$dir/usec.done"), "done\n", 'WATCHDOG_USEC=60000000: CMD ran to the end');
 is(lease('usec-job'), 't|f', 'WATCHDOG_USEC=60000000: the lease was released');
@@ -274,22 +281,24 @@ is_deeply([ socket_dirs() ], [], 'nothing is left under TMPDIR');
 
 # ---------------------------------------------------------------------
 # 6b. Once nothing can ping any more, the watchdog is off: CMD exited and
-# left a process that takes 2 s to end on SIGTERM; dlock was told to stop
-# (SIGTERM) and CMD takes 2 s to clean up.  Both longer than the 1 s
-# watchdog: dlock exits with CMD's status, not 80.
+# left a process that takes 4 s to end on SIGTERM; dlock was told to stop
+# (SIGTERM) and CMD takes 4 s to clean up.  Both longer than the 3 s
+# watchdog (3 s: the first ping, a process of its own, must come in time
+# on a loaded machine): dlock exits with CMD's status, not 80.
 # ---------------------------------------------------------------------
 write_script("$dir/left.sh", qq{$notify WATCHDOG=1
-( trap 'sleep 2; exit 0' TERM; sleep 100 & wait ) &
+( trap 'sleep 4; exit 0' TERM; sleep 100 & wait ) &
 echo started > $dir/left.started
 exit 0
 });
-write_script("$dir/told.sh", qq{trap 'sleep 2; exit 3' TERM
+write_script("$dir/told.sh", qq{trap 'sleep 4; exit 3' TERM
 echo started > $dir/told.started
 while :; do $notify WATCHDOG=1; sleep 0.3; done
 });
-my $left = run_job('left-job', \@wd, "$dir/left.sh");
-# (--kill-after 5s: the cleanup may take its 2 s)
-my $told = run_job('told-job', [ '--ttl', '4s', '--watchdog', '1s', '--kill-after', '5s' ],
+# (--kill-after 8s: the leftover and the cleanup may take their 4 s)
+my $left = run_job('left-job', [ '--ttl', '4s', '--watchdog', '3s', '--kill-after', '8s' ],
+	"$dir/left.sh");
+my $told = run_job('told-job', [ '--ttl', '4s', '--watchdog', '3s', '--kill-after', '8s' ],
 	"$dir/told.sh");
 ok(wait_for_file("$dir/told.started"), 'told: CMD started');
 kill 'TERM', $told->{pid};
