@@ -16,7 +16,7 @@
 # must be killed), and 4 s with --kill-after 0 (SIGKILL at once, at the deadline).  Once the proxy is silent, a second dlock run per name waits
 # for the lease over a direct connection and writes the time it started.
 # Checked: every heartbeat of the first job comes before the second job
-# started (no overlap; for zero, which has no grace, within 250 ms), the first dlock exits 76 and says why, and the
+# started (no overlap; for zero, which has no grace, within 1 s), the first dlock exits 76 and says why, and the
 # job that would not stop in time got SIGKILL.  ttl 6 s, --kill-after 2s:
 # SIGTERM 2 s before the local deadline, SIGKILL at it.
 #
@@ -162,10 +162,11 @@ for my $case (sort keys %stop)
 	my $start = slurp("$dir/$case.second") =~ s/\s+//gr;
 	# zero kills at the deadline itself, which the server's expiry follows
 	# by only the last renew's way there: a keeper scheduled late on a
-	# loaded machine overlaps by that lateness (CI saw 11 ms), so zero is
-	# allowed 250 ms, against the 4 s its job would run unkilled
-	# (docs/cli.md, --kill-after).
-	my $slack = $case eq 'zero' ? 0.25 : 0;
+	# loaded machine overlaps by that lateness (CI saw 11 ms; a machine
+	# starved for hundreds of ms can make it more), so zero is allowed
+	# 1 s, against the 4 s its job would run unkilled (docs/cli.md,
+	# --kill-after).
+	my $slack = $case eq 'zero' ? 1 : 0;
 	ok(defined $last && $start ne '' && $last < $start + $slack,
 		"$case: the first job's last heartbeat came before the second job started"
 		  . ($slack ? " (or within ${slack} s: no grace)" : ''));
