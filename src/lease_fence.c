@@ -602,11 +602,12 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 	TransactionId taker = InvalidTransactionId;
 	DlockFenceCacheTicket ticket;
 	DlockFenceCached c;
+	bool		hit;
 
 	Assert(!IsolationIsSerializable());
 	/* the cache is read, or the snapshot taken, after the name lock */
-	if (lease_fence_hit(table, lock_name, &c) &&
-		lease_fence_live_cached(&c, token, lease))
+	hit = lease_fence_hit(table, lock_name, &c);
+	if (hit && lease_fence_live_cached(&c, token, lease))
 		return InvalidTransactionId;	/* the lock is kept */
 
 	lease->found = false;
@@ -620,13 +621,14 @@ lease_fence_name_lock(const DlockLeaseTable *table, text *lock_name,
 	 * (lease_fence_hit has its own)
 	 */
 	pg_memory_barrier();
-	if (DlockFenceCacheGet(rel, lock_name, &c, &ticket) &&
+	/* a hit that did not pass is not looked up again, and leaves no ticket */
+	ticket.bucket = -1;
+	if (!hit && DlockFenceCacheGet(rel, lock_name, &c, &ticket) &&
 		lease_fence_live_cached(&c, token, lease))
 	{
 		table_close(rel, NoLock);
 		return InvalidTransactionId;	/* the lock is kept */
 	}
-	/* a hit that does not pass leaves no ticket: nothing is filled */
 	seen = lease_find(table, rel, lock_name, &ticket, &f);
 
 	/*

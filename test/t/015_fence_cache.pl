@@ -341,19 +341,20 @@ is(cached($n86a) . ',' . cached($n86b), 't,t',
 	'two names of 86 bytes are cached, and found by their whole names');
 is(cached($n87), 'f', 'a name of 87 bytes is not cached');
 # The boundary of one slot: a name of 22 bytes takes one, of 23 two.  Each
-# set comes after the grant of a name too long to cache, which clears the
-# bucket, so that they fill empty slots.
-grant('d' x 87);
-my @s22 = map { sprintf('slot-22-%014d', $_) } 1 .. 8;
-grant($_) for @s22;
-hand_edit($_) for @s22;
-is(join(',', map { cached($_) } @s22), 't,t,t,t,t,t,t,t',
-	'eight names of 22 bytes fill the bucket, one slot each');
-grant('e' x 87);
-my @s23 = map { sprintf('slot-23-%015d', $_) } 1 .. 2;
-grant($_) for @s23;
-hand_edit($_) for @s23;
-is(join(',', map { cached($_) } @s23), 't,t',
+# set comes after the grant of a name too long to cache ($clear), which
+# clears the bucket, so that they fill empty slots.  cached_set($clear,
+# @names) grants the names, edits them by hand and returns which are cached.
+sub cached_set
+{
+	my ($clear, @names) = @_;
+	grant($clear);
+	grant($_) for @names;
+	hand_edit($_) for @names;
+	return join(',', map { cached($_) } @names);
+}
+is(cached_set('d' x 87, map { sprintf('slot-22-%014d', $_) } 1 .. 8),
+	't,t,t,t,t,t,t,t', 'eight names of 22 bytes fill the bucket, one slot each');
+is(cached_set('e' x 87, map { sprintf('slot-23-%015d', $_) } 1 .. 2), 't,t',
 	'two names of 23 bytes that differ in their last byte (in the second slot) are both cached');
 
 # Part 2.
