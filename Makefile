@@ -29,7 +29,7 @@
 
 EXTENSION = dlock
 MODULE_big = dlock
-OBJS = src/dlock.o src/xact.o src/lease.o src/lease_set.o src/async_commit.o src/store.o src/store_cache.o src/store_ops.o src/store_restricted.o src/lease_table.o src/lease_change.o src/lease_fence.o src/lease_room.o src/fence.o src/fence_config.o src/template.o src/fence_cache.o src/fence_cache_write.o src/checked.o src/mark.o src/token.o src/wait.o src/wait_any.o src/wait_wake.o src/wait_shmem.o src/stats.o src/events.o src/notifier.o src/notifier_shmem.o src/notifier_worker.o src/notifier_command.o src/name_hash.o src/name_lock.o
+OBJS = src/dlock.o src/xact.o src/lease.o src/lease_set.o src/async_commit.o src/store.o src/store_cache.o src/store_ops.o src/store_restricted.o src/lease_table.o src/lease_change.o src/lease_fence.o src/lease_room.o src/fence.o src/fence_config.o src/template.o src/fence_cache.o src/fence_cache_write.o src/checked.o src/mark.o src/mark_find.o src/token.o src/wait.o src/wait_any.o src/wait_wake.o src/wait_shmem.o src/stats.o src/events.o src/notifier.o src/notifier_shmem.o src/notifier_worker.o src/notifier_command.o src/name_hash.o src/name_lock.o
 DATA = dlock--1.0.sql dlock--1.1.sql dlock--1.2.sql dlock--1.0--1.1.sql dlock--1.1--1.2.sql
 PGFILEDESC = "dlock - fenced leases for PostgreSQL"
 

@@ -444,6 +444,56 @@ SELECT dlock_check('order:1', 2, 'seen');
 SELECT dlock_check('order:2', 10, 'seen') AS after_rewrite;
 SELECT dlock_check('order:1', 3, 'seen') AS again;
 SELECT lock_name, token FROM dlock_fence_mark ORDER BY lock_name;
+-- 600 names from one backend, many sharing a set of places; every answer
+-- is the mark's: tokens one lower rejected, the same accepted, one higher
+-- accepted and raising each mark (the counts are of rejections)
+CREATE TABLE many (id int PRIMARY KEY, tok bigint);
+CREATE TRIGGER many_fence BEFORE INSERT ON many
+  FOR EACH ROW EXECUTE FUNCTION dlock_fence('many:{id}', 'tok', 'seen');
+INSERT INTO many SELECT g, 100 + g FROM generate_series(1, 600) g;
+CREATE FUNCTION many_rejected(delta bigint) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+  n int := 0;
+BEGIN
+  FOR i IN 1..600 LOOP
+    BEGIN
+      PERFORM dlock_check('many:' || i, 100 + i + delta, 'seen');
+    EXCEPTION WHEN SQLSTATE '55T01' THEN
+      n := n + 1;
+    END;
+  END LOOP;
+  RETURN n;
+END $$;
+SELECT many_rejected(-1) AS lower_rejected, many_rejected(0) AS same_rejected,
+       many_rejected(1) AS higher_rejected;
+SELECT count(*) FILTER (WHERE token = 101 + substr(lock_name, 6)::int) AS raised,
+       count(*) AS marks
+  FROM dlock_fence_mark WHERE lock_name LIKE 'many:%';
+SELECT many_rejected(0) AS now_lower_rejected;
+-- the primary key made again on (lock_name, table_owner): no longer the key
+-- the direct lookup reads, so the statement decides, with the same answers
+ALTER TABLE dlock_fence_mark DROP CONSTRAINT dlock_fence_mark_pkey,
+  ADD CONSTRAINT dlock_fence_mark_pkey PRIMARY KEY (lock_name, table_owner);
+SELECT many_rejected(0) AS rejected_by_statement, many_rejected(1) AS same_rejected;
+ALTER TABLE dlock_fence_mark DROP CONSTRAINT dlock_fence_mark_pkey,
+  ADD CONSTRAINT dlock_fence_mark_pkey PRIMARY KEY (table_owner, lock_name);
+SELECT many_rejected(0) AS rejected_again, many_rejected(2) AS higher_rejected;
+SELECT count(*) FILTER (WHERE token = 102 + substr(lock_name, 6)::int) AS raised
+  FROM dlock_fence_mark WHERE lock_name LIKE 'many:%';
+-- a mark found where it was last locks the mark table but not its primary
+-- key (the key's columns were checked since the table's last relcache
+-- invalidation, which autovacuum's statistics would also send: off here)
+ALTER TABLE dlock_fence_mark SET (autovacuum_enabled = false);
+SELECT dlock_check('many:6', 108, 'seen') AS key_checked_again;
+BEGIN;
+SELECT dlock_check('many:7', 109, 'seen') AS found_there;
+SELECT relation::regclass AS locked, mode FROM pg_locks
+ WHERE pid = pg_backend_pid() AND locktype = 'relation'
+   AND relation IN ('dlock_fence_mark'::regclass, 'dlock_fence_mark_pkey'::regclass);
+ROLLBACK;
+ALTER TABLE dlock_fence_mark RESET (autovacuum_enabled);
+DROP FUNCTION many_rejected(bigint);
+DROP TABLE many;
 
 DROP TABLE acct, shard;
 DROP ROLE check_user;

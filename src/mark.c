@@ -6,9 +6,10 @@
  *	  highest token accepted so far for each lock name, kept in the
  *	  extension's table dlock_fence_mark (dumped with the database).  A
  *	  token lower than the mark is rejected; a higher one raises it.  This
- *	  file owns that rule (DlockMarkCheck), the mark's row lock without SQL
- *	  in the common case, the removal of old marks (DlockMarkPurge), and
- *	  who may raise and hold them (DlockMarkOwners); fence.c calls them.
+ *	  file owns that rule (DlockMarkCheck), the removal of old marks
+ *	  (DlockMarkPurge), and who may raise and hold them (DlockMarkOwners);
+ *	  fence.c calls them.  The mark's row lock without SQL in the common
+ *	  case is mark_find.c's.
  *
  * Concurrency: every accepted check holds the lock name's mark row (per
  * owner of the fenced tables) FOR NO KEY UPDATE until its transaction
@@ -16,9 +17,9 @@
  * yet gets one by INSERT ... ON CONFLICT DO NOTHING.  So the accepted
  * writes under one name commit in non-decreasing token order: design.md
  * §18 has the argument.  Where a mark was found last is remembered per
- * backend (mark_hints), only as a place to look first: the row found
- * there counts only when it is visible, is the mark of that owner and
- * name, and is then locked as one the index found (design.md §18).
+ * backend (mark_find.c's hints), only as a place to look first: the row
+ * found there counts only when it is visible, is the mark of that owner
+ * and name, and is then locked as one the index found (design.md §18).
  *
  * Copyright (c) 2026, the dlock authors
  *
@@ -28,32 +29,24 @@
 
 #include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/stratnum.h"
 #include "access/table.h"
-#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_class.h"
-#include "catalog/pg_collation.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
-#include "common/hashfn.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
-#include "storage/bufmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "compat.h"
 #include "dlock.h"
-#include "lease_table.h"
+#include "mark_int.h"
 #include "store_int.h"
 
 /* Arguments and results of one 'seen' check. */
@@ -69,224 +62,6 @@ typedef struct MarkCheckOp
 
 /* Marks this backend raised, made or purged, ever (DlockMarkChanges). */
 static uint64 mark_changes = 0;
-
-/*
- * Where this backend last locked the mark of a (table, owner, name): a
- * direct-mapped array of MARK_HINTS entries indexed by a hash of the owner
- * and the name, an entry overwritten by any other mark that maps to it;
- * made in TopMemoryContext at the first 'seen' check (80 kB), so that a
- * backend writing to thousands of names finds most of them there.  A hint
- * is never trusted: mark_lock checks that its block is inside the table,
- * fetches the tuple under its fresh snapshot, and uses it only when that
- * version is visible and has the owner and the name (the primary key makes
- * it the mark); the lock then follows the row to its newest version as for
- * one the index found.  So a hint made stale by a raise, a purge, VACUUM or
- * a rewrite of the table only costs the index scan it did not save.
- */
-#define MARK_HINTS 4096
-
-typedef struct MarkHint
-{
-	Oid			relid;			/* the mark table; InvalidOid: empty */
-	Oid			owner;
-	uint32		namehash;
-	ItemPointerData tid;
-} MarkHint;
-
-static MarkHint *mark_hints = NULL;
-
-/*
- * mark_hint returns the entry of (relid, owner, lock_name), setting
- * *namehash, and whether it holds a hint for them in *hit.
- */
-static MarkHint *
-mark_hint(Oid relid, Oid owner, text *lock_name, uint32 *namehash, bool *hit)
-{
-	uint32		h = hash_bytes((const unsigned char *) VARDATA_ANY(lock_name),
-							   VARSIZE_ANY_EXHDR(lock_name));
-	MarkHint   *e;
-
-	if (mark_hints == NULL)
-		mark_hints = MemoryContextAllocZero(TopMemoryContext,
-											sizeof(MarkHint) * MARK_HINTS);
-	e = &mark_hints[(h ^ owner) % MARK_HINTS];
-
-	*namehash = h;
-	*hit = e->relid == relid && e->owner == owner && e->namehash == h &&
-		ItemPointerIsValid(&e->tid);
-	return e;
-}
-
-/*
- * mark_hint_set makes entry e say that the mark of (relid, owner, the name
- * hashed to namehash) is at tid.
- */
-static void
-mark_hint_set(MarkHint *e, Oid relid, Oid owner, uint32 namehash,
-			  ItemPointer tid)
-{
-	Assert(ItemPointerIsValid(tid));
-	e->relid = relid;
-	e->owner = owner;
-	e->namehash = namehash;
-	e->tid = *tid;
-}
-
-/*
- * mark_hint_returned remembers the ctid that the store statement just run
- * returned in its first column as where the mark is.
- */
-static void
-mark_hint_returned(Oid relid, Oid owner, text *lock_name)
-{
-	bool		isnull;
-	Datum		d = DlockStoreResultDatum(1, &isnull);
-	uint32		namehash;
-	bool		hit;
-	MarkHint   *e = mark_hint(relid, owner, lock_name, &namehash, &hit);
-
-	Assert(!isnull);
-	mark_hint_set(e, relid, owner, namehash, (ItemPointer) DatumGetPointer(d));
-}
-
-/*
- * mark_slot_is reports whether the version in slot is the mark of (owner,
- * lock_name).
- */
-static bool
-mark_slot_is(TupleTableSlot *slot, AttrNumber att_owner, AttrNumber att_name,
-			 Oid owner, text *lock_name)
-{
-	bool		isnull;
-	Datum		d = slot_getattr(slot, att_owner, &isnull);
-
-	return !isnull && DatumGetObjectId(d) == owner &&
-		DlockSlotHasName(slot, att_name, lock_name);
-}
-
-/* What mark_lock did. */
-typedef enum MarkLockResult
-{
-	MARK_LOCKED,				/* the mark is locked; its token read */
-	MARK_ABSENT,				/* no mark is visible: insert one */
-	MARK_UNSURE					/* nothing done: run the SQL statement */
-} MarkLockResult;
-
-/*
- * mark_lock is the common case of mode 'seen' without SPI:
- * it looks the mark of (owner, lock_name) up in the mark table relid
- * (whose primary key is on columns att_owner, a regrole, and att_name,
- * text in the "C" collation) with a fresh snapshot, locks the visible
- * version FOR NO KEY UPDATE, waiting, and following a concurrently changed
- * row to its newest version as READ COMMITTED does, sets *token to that
- * version's column att_token, and returns MARK_LOCKED.  When the index
- * finds no row it returns MARK_ABSENT: the caller inserts the mark, whose
- * ON CONFLICT waits for a concurrent inserter and then finds nothing to
- * insert, so the next round locks that row (the statement that locks would
- * have found nothing either with its own fresh snapshot, but for an
- * insert that commits in between, which the insert meets the same way).
- * Anything else (a row deleted or changed in a way it does not follow, a
- * SERIALIZABLE transaction, which needs SSI's predicate locks of the SQL
- * statement) returns MARK_UNSURE and locks nothing new: the caller
- * then runs the SQL statement, which handles every case.  Takes
- * RowShareLock on the table and AccessShareLock on its index, kept until
- * the transaction ends.  Evaluates no user-defined function.
- *
- * Before the index, it looks where this backend last locked the mark
- * (mark_hints): a version there that the snapshot sees and that is the
- * mark of (owner, lock_name) is the one the index would find, the key
- * being unique.  The hinted block is checked against the table's size
- * first: reading past the end raises, and VACUUM may have truncated the
- * table since.  The fetched version stays pinned in slot until the lock
- * has its own pin, so its line pointer is not pruned in between.
- */
-static MarkLockResult
-mark_lock(Oid relid, AttrNumber att_owner, AttrNumber att_name,
-		  AttrNumber att_token, Oid owner, text *lock_name, int64 *token)
-{
-	Relation	rel;
-	Relation	idx;
-	Oid			pkey;
-	Snapshot	snap;
-	TupleTableSlot *slot;
-	IndexScanDesc scan;
-	ScanKeyData keys[2];
-	bool		found;
-	MarkHint   *hint;
-	uint32		namehash;
-	bool		hinted;
-	MarkLockResult result = MARK_UNSURE;
-
-	if (IsolationIsSerializable())
-		return MARK_UNSURE;
-	rel = table_open(relid, RowShareLock);
-	pkey = DlockPrimaryKeyIndex(rel);
-	if (!OidIsValid(pkey))
-	{
-		table_close(rel, NoLock);
-		return MARK_UNSURE;
-	}
-	idx = index_open(pkey, AccessShareLock);
-	if (IndexRelationGetNumberOfKeyAttributes(idx) != 2 ||
-		idx->rd_index->indkey.values[0] != att_owner ||
-		idx->rd_index->indkey.values[1] != att_name)
-	{
-		index_close(idx, NoLock);
-		table_close(rel, NoLock);
-		return MARK_UNSURE;
-	}
-	snap = RegisterSnapshot(GetLatestSnapshot());
-	slot = table_slot_create(rel, NULL);
-	hint = mark_hint(relid, owner, lock_name, &namehash, &hinted);
-	found = hinted &&
-		ItemPointerGetBlockNumber(&hint->tid) < RelationGetNumberOfBlocks(rel) &&
-		table_tuple_fetch_row_version(rel, &hint->tid, snap, slot) &&
-		mark_slot_is(slot, att_owner, att_name, owner, lock_name);
-	if (!found)
-	{
-		/* another name's mark fetched from the hint: unpin it first */
-		ExecClearTuple(slot);
-		ScanKeyEntryInitialize(&keys[0], 0, 1, BTEqualStrategyNumber, InvalidOid,
-							   InvalidOid, F_OIDEQ, ObjectIdGetDatum(owner));
-		ScanKeyEntryInitialize(&keys[1], 0, 2, BTEqualStrategyNumber, InvalidOid,
-							   C_COLLATION_OID, F_TEXTEQ, PointerGetDatum(lock_name));
-		scan = DlockIndexBeginScan(rel, idx, snap, 2, 0);
-		index_rescan(scan, keys, 2, NULL, 0);
-		found = index_getnext_slot(scan, ForwardScanDirection, slot);
-		/* no index page stays pinned while the lock below waits */
-		index_endscan(scan);
-	}
-	if (!found)
-		result = MARK_ABSENT;
-	else
-	{
-		ItemPointerData tid = slot->tts_tid;
-		TM_FailureData tmfd;
-
-		Assert(mark_slot_is(slot, att_owner, att_name, owner, lock_name));
-		if (table_tuple_lock(rel, &tid, snap, slot, GetCurrentCommandId(true),
-							 LockTupleNoKeyExclusive, LockWaitBlock,
-							 TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS |
-							 TUPLE_LOCK_FLAG_FIND_LAST_VERSION,
-							 &tmfd) == TM_Ok &&
-		/* the newest version is still the mark of (owner, lock_name) */
-			mark_slot_is(slot, att_owner, att_name, owner, lock_name))
-		{
-			bool		isnull;
-			Datum		d = slot_getattr(slot, att_token, &isnull);
-
-			Assert(!isnull);
-			*token = DatumGetInt64(d);
-			result = MARK_LOCKED;
-			mark_hint_set(hint, relid, owner, namehash, &slot->tts_tid);
-		}
-	}
-	ExecDropSingleTupleTableSlot(slot);
-	UnregisterSnapshot(snap);
-	index_close(idx, NoLock);
-	table_close(rel, NoLock);
-	return result;
-}
 
 /*
  * mark_check_op is the body of DlockMarkCheck; a StoreOp.  Its result
@@ -327,8 +102,8 @@ mark_check_op(void *arg)
 		 * by the statement.
 		 */
 		if (round == 0)
-			direct = mark_lock(markrelid, att_owner, att_name, att_token,
-							   m->table_owner, m->lock_name, &mark);
+			direct = DlockMarkLock(markrelid, att_owner, att_name, att_token,
+								   m->table_owner, m->lock_name, &mark);
 		locked = direct == MARK_LOCKED;
 		if (!locked && direct != MARK_ABSENT &&
 			DlockStoreExec(STMT_MARK_LOCK, values, SPI_OK_SELECT) == 1)
@@ -352,7 +127,7 @@ mark_check_op(void *arg)
 								   SPI_OK_UPDATE_RETURNING) != 1)
 					elog(ERROR, "dlock: the locked mark of \"%s\" was not raised",
 						 text_to_cstring(m->lock_name));
-				mark_hint_returned(markrelid, m->table_owner, m->lock_name);
+				DlockMarkHintReturned(markrelid, m->table_owner, m->lock_name);
 			}
 			m->accepted = true;
 			return true;
@@ -360,7 +135,7 @@ mark_check_op(void *arg)
 		mark_changes++;
 		if (DlockStoreExec(STMT_MARK_INSERT, values, SPI_OK_INSERT_RETURNING) == 1)
 		{
-			mark_hint_returned(markrelid, m->table_owner, m->lock_name);
+			DlockMarkHintReturned(markrelid, m->table_owner, m->lock_name);
 			m->accepted = true;
 			return true;
 		}

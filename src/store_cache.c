@@ -71,6 +71,9 @@ static bool syscache_callback_registered = false;
 /* Every relcache invalidation this backend has seen (DlockStoreRelcacheInvals). */
 static uint64 relcache_invals = 0;
 
+/* Those of the mark table's entry, or of every entry (DlockStoreMarkInvals). */
+static uint64 mark_invals = 0;
+
 
 /*
  * store_relcache_callback counts every relcache invalidation
@@ -84,6 +87,8 @@ static void
 store_relcache_callback(Datum arg, Oid relid)
 {
 	relcache_invals++;
+	if (!OidIsValid(relid) || relid == store_cache.markrelid)
+		mark_invals++;
 	if (!OidIsValid(relid) || relid == store_cache.table.relid)
 	{
 		store_cache.valid = false;
@@ -163,6 +168,20 @@ DlockStoreRelcacheInvals(void)
 {
 	store_register_callback();
 	return relcache_invals;
+}
+
+/*
+ * DlockStoreMarkInvals returns how many invalidations of the relcache entry
+ * of the mark table that DlockStoreMarkTable last named (or of every entry)
+ * this backend has processed, registering dlock's callbacks if it has not:
+ * every change of the table's indexes or constraints sends one
+ * (mark_find.c's mark_pkey).
+ */
+uint64
+DlockStoreMarkInvals(void)
+{
+	store_register_callback();
+	return mark_invals;
 }
 
 /*

@@ -53,6 +53,7 @@ extern Oid	DlockStoreTokenOrigin(void);
 extern void DlockStoreRequireMarks(void);
 extern uint64 DlockStoreRelcacheInvals(void);
 extern uint64 DlockStoreTableInvals(void);
+extern uint64 DlockStoreMarkInvals(void);
 extern Oid	DlockStoreMarkTable(AttrNumber *att_owner, AttrNumber *att_name,
 								AttrNumber *att_token);
 
