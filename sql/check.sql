@@ -482,9 +482,10 @@ SELECT count(*) FILTER (WHERE token = 102 + substr(lock_name, 6)::int) AS raised
   FROM dlock_fence_mark WHERE lock_name LIKE 'many:%';
 -- a mark found where it was last locks the mark table but not its primary
 -- key (the key's columns were checked since the table's last relcache
--- invalidation, which autovacuum's statistics would also send: off here)
+-- invalidation, which autovacuum's statistics would also send: off here);
+-- many:7's first check checks the key again and puts its hint first
 ALTER TABLE dlock_fence_mark SET (autovacuum_enabled = false);
-SELECT dlock_check('many:6', 108, 'seen') AS key_checked_again;
+SELECT dlock_check('many:7', 109, 'seen') AS key_checked_again;
 BEGIN;
 SELECT dlock_check('many:7', 109, 'seen') AS found_there;
 SELECT relation::regclass AS locked, mode FROM pg_locks

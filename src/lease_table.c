@@ -95,7 +95,7 @@ lease_column(TupleDesc desc, const char *attname, Oid typid)
 
 /*
  * DlockSlotHasName reports whether column att_name of the version in slot
- * (a lease row, or a mark: mark.c uses it too) is lock_name.
+ * (a lease row, or a mark: mark_find.c uses it too) is lock_name.
  */
 bool
 DlockSlotHasName(TupleTableSlot *slot, AttrNumber att_name, text *lock_name)

@@ -47,12 +47,11 @@
  * 'seen' check (80 kB), so that a backend writing to a thousand names
  * finds nearly all of them there (a direct-mapped array of the same size
  * missed a fifth of them: any two names that map to one entry evict each
- * other).  A hint
- * is never trusted: DlockMarkLock checks that its block is inside the table,
- * fetches the tuple under its fresh snapshot, and uses it only when that
- * version is visible and has the owner and the name (the primary key makes
- * it the mark); the lock then follows the row to its newest version as for
- * one the index found.  So a hint made stale by a raise, a purge, VACUUM or
+ * other).  A hint is never trusted: DlockMarkLock checks that its block is
+ * inside the table, fetches the tuple under its fresh snapshot, and uses
+ * it only when that version is visible and has the owner and the name (the
+ * primary key makes it the mark); the lock then follows the row to its
+ * newest version as for one the index found.  So a hint made stale by a raise, a purge, VACUUM or
  * a rewrite of the table only costs the index scan it did not save.
  */
 #define MARK_HINT_SETS 1024
@@ -156,10 +155,16 @@ mark_slot_is(TupleTableSlot *slot, AttrNumber att_owner, AttrNumber att_name,
 /*
  * The mark table's primary key that mark_index_find found to be on
  * (owner, name), and the count of invalidations of the table's relcache
- * entry then (DlockStoreMarkInvals): while none has come since, the table
- * still has that primary key, and DlockMarkLock trusts a hint without
- * opening the index (an index's columns never change; dropping it or the
- * constraint invalidates the table's relcache entry).
+ * entry then (DlockStoreMarkInvals).  While the relcache still names that
+ * index as the key (and none has come since), DlockMarkLock trusts a hint
+ * without opening the index: an index's columns never change; what drops
+ * or replaces the key (DROP CONSTRAINT, ADD PRIMARY KEY USING INDEX, a
+ * column's new type) needs AccessExclusiveLock on the table, which the
+ * RowShareLock taken first excludes, and a newly granted table lock first
+ * processes the invalidations that such a change sent.  REINDEX
+ * CONCURRENTLY may swap the key under that lock, but the old index stays
+ * maintained until every such lock is gone and the new one is unique too:
+ * the key's uniqueness never lapses.
  */
 static struct
 {

@@ -140,7 +140,7 @@ static const DlockStmtDef stmt_defs[NUM_STMTS] = {
 
 	/*
 	 * STMT_MARK_RAISE: $3 the new token, $4 now; the row is locked.  Returns
-	 * the new version's ctid (mark.c's hint).
+	 * the new version's ctid (mark_find.c's hint).
 	 */
 	{
 		"UPDATE %1$s.dlock_fence_mark m SET token = $3, raised_at = $4"
