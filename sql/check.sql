@@ -493,6 +493,15 @@ SELECT relation::regclass AS locked, mode FROM pg_locks
    AND relation IN ('dlock_fence_mark'::regclass, 'dlock_fence_mark_pkey'::regclass);
 ROLLBACK;
 ALTER TABLE dlock_fence_mark RESET (autovacuum_enabled);
+-- the mark table's columns are looked up again when it changes (its
+-- pg_class row changes with it): its token column dropped and added back
+-- has a new number (every mark now 0)
+ALTER TABLE dlock_fence_mark DROP COLUMN token;
+ALTER TABLE dlock_fence_mark ADD COLUMN token int8 NOT NULL DEFAULT 0;
+SELECT dlock_check('many:7', 3, 'seen') AS raised_from_0;
+SELECT dlock_check('many:7', 2, 'seen');
+\echo :LAST_ERROR_SQLSTATE
+SELECT token FROM dlock_fence_mark WHERE lock_name = 'many:7';
 DROP FUNCTION many_rejected(bigint);
 DROP TABLE many;
 
