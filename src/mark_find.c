@@ -51,8 +51,9 @@
  * inside the table, fetches the tuple under its fresh snapshot, and uses
  * it only when that version is visible and has the owner and the name (the
  * primary key makes it the mark); the lock then follows the row to its
- * newest version as for one the index found.  So a hint made stale by a raise, a purge, VACUUM or
- * a rewrite of the table only costs the index scan it did not save.
+ * newest version as for one the index found.  So a hint made stale by a
+ * raise, a purge, VACUUM or a rewrite of the table only costs the index
+ * scan it did not save.
  */
 #define MARK_HINT_SETS 1024
 #define MARK_HINT_WAYS 4
